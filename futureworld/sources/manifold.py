@@ -1,0 +1,196 @@
+"""Manifold Markets adapter: open binary markets as Questions, resolutions as SourceResolutions.
+
+API (docs.manifold.markets/api): GET /v0/markets?limit=&before=<last id> lists markets newest
+first; GET /v0/market/{id} returns one. Times are epoch milliseconds. The simulated world
+serves the same shapes, so this adapter reads exactly the documented fields.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
+from futureworld.sources.base import (
+    HarvestResult,
+    ResolveResult,
+    SourceResolution,
+    clamp_probability,
+    from_ms,
+)
+from futureworld.sources.http import SourceClient, SourceError, join_url
+
+SOURCE = "manifold"
+DEFAULT_BASE_URL = "https://api.manifold.markets"
+MAX_PAGE_SIZE = 1000
+
+
+def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
+    """One binary LiteMarket to an open Question; KeyError/ValueError on a malformed market."""
+    market_id = str(market["id"])
+    created_at = from_ms(market["createdTime"])
+    if created_at is None:
+        raise ValueError("createdTime is empty")
+    background = market.get("textDescription") or ""
+    if not background and isinstance(market.get("description"), str):
+        background = market["description"]
+    slugs = market.get("groupSlugs") or []
+    return Question(
+        source=SOURCE,
+        external_id=market_id,
+        kind=QuestionKind.BINARY,
+        title=str(market["question"]).strip(),
+        background=background,
+        resolution_criteria=background,
+        url=market.get("url") or "",
+        domain=str(slugs[0]) if slugs else "",
+        created_at=created_at,
+        info_cutoff_at=now,
+        close_at=from_ms(market.get("closeTime")),
+        crowd_probability=clamp_probability(market.get("probability")),
+        extra={"group_slugs": list(slugs)},
+    )
+
+
+def harvest_open(
+    client: SourceClient,
+    base_url: str = DEFAULT_BASE_URL,
+    *,
+    now: datetime | None = None,
+    limit: int = 500,
+    page_size: int = 500,
+    max_pages: int = 50,
+    token: str | None = None,
+) -> HarvestResult:
+    """Page /v0/markets (before = last id) and keep open binary markets closing after `now`.
+
+    A failed page ends paging (the cursor is lost) but keeps everything already harvested.
+    """
+    now = now or utc_now()
+    headers = {"Authorization": f"Key {token}"} if token else None
+    url = join_url(base_url, "/v0/markets")
+    questions: dict[str, Question] = {}
+    counts: Counter[str] = Counter()
+    errors: list[str] = []
+    before: str | None = None
+    size = max(1, min(page_size, MAX_PAGE_SIZE))
+    for _ in range(max_pages):
+        params: dict[str, Any] = {"limit": size}
+        if before is not None:
+            params["before"] = before
+        try:
+            page = client.get_json(SOURCE, url, params=params, headers=headers)
+        except SourceError as exc:
+            errors.append(str(exc))
+            counts["failed_pages"] += 1
+            break
+        if not isinstance(page, list):
+            errors.append(f"{SOURCE}: {url}: expected a JSON list of markets, got {type(page)}")
+            counts["failed_pages"] += 1
+            break
+        counts["pages"] += 1
+        for market in page:
+            counts["seen"] += 1
+            reason = _skip_reason(market, now)
+            if reason:
+                counts[f"skipped_{reason}"] += 1
+                continue
+            try:
+                question = market_to_question(market, now=now)
+            except (KeyError, TypeError, ValueError) as exc:
+                errors.append(f"{SOURCE}: market {market.get('id')!r} is malformed: {exc!r}")
+                counts["skipped_malformed"] += 1
+                continue
+            if question.external_id in questions:
+                counts["skipped_duplicate"] += 1
+                continue
+            questions[question.external_id] = question
+            if len(questions) >= limit:
+                break
+        if len(questions) >= limit or len(page) < size or not page:
+            break
+        last_id = page[-1].get("id") if isinstance(page[-1], dict) else None
+        if last_id is None or last_id == before:
+            errors.append(f"{SOURCE}: {url}: page ends without a usable id; stopped paging")
+            break
+        before = str(last_id)
+    counts["harvested"] = len(questions)
+    return HarvestResult(questions=list(questions.values()), errors=errors, counts=counts)
+
+
+def _skip_reason(market: Any, now: datetime) -> str | None:
+    if not isinstance(market, dict) or "id" not in market:
+        return "malformed"
+    if market.get("outcomeType") != "BINARY":
+        return "not_binary"
+    if market.get("isResolved"):
+        return "resolved"
+    try:
+        close_at = from_ms(market.get("closeTime"))
+    except (TypeError, ValueError):
+        return "malformed"
+    if close_at is not None and close_at <= now:
+        return "closed"
+    return None
+
+
+def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceResolution | None:
+    """A resolved market's SourceResolution; None while it is unresolved."""
+    if not market.get("isResolved"):
+        return None
+    market_id = str(market["id"])
+    resolution = str(market.get("resolution") or "").upper()
+    resolved_at = from_ms(market.get("resolutionTime")) or now
+    status, value = OutcomeStatus.RESOLVED, None
+    if resolution == "YES":
+        value = 1.0
+    elif resolution == "NO":
+        value = 0.0
+    elif resolution == "MKT":
+        value = clamp_probability(market.get("resolutionProbability"))
+        if value is None:
+            raise ValueError("resolution MKT without a resolutionProbability")
+    elif resolution == "CANCEL":
+        status = OutcomeStatus.ANNULLED
+    else:
+        raise ValueError(f"unknown resolution {market.get('resolution')!r}")
+    return SourceResolution(
+        source=SOURCE,
+        external_id=market_id,
+        status=status,
+        value=value,
+        resolved_at=resolved_at,
+        final=True,
+        raw=dict(market),
+    )
+
+
+def fetch_resolutions(
+    client: SourceClient,
+    base_url: str = DEFAULT_BASE_URL,
+    external_ids: Iterable[str] = (),
+    *,
+    now: datetime | None = None,
+    token: str | None = None,
+) -> ResolveResult:
+    """GET /v0/market/{id} for each id; unresolved markets are left out, failures listed."""
+    now = now or utc_now()
+    headers = {"Authorization": f"Key {token}"} if token else None
+    resolutions: list[SourceResolution] = []
+    errors: list[str] = []
+    for external_id in dict.fromkeys(external_ids):
+        url = join_url(base_url, f"/v0/market/{external_id}")
+        try:
+            market = client.get_json(SOURCE, url, headers=headers)
+            resolution = market_to_resolution(market, now=now)
+        except SourceError as exc:
+            errors.append(str(exc))
+            continue
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            errors.append(f"{SOURCE}: market {external_id}: malformed resolution: {exc!r}")
+            continue
+        if resolution is not None:
+            resolutions.append(resolution)
+    return ResolveResult(resolutions=resolutions, errors=errors)
