@@ -1,0 +1,1 @@
+"""Repositories: take and return domain objects; table rows never leave `storage`."""

@@ -1,0 +1,82 @@
+"""Articles of the news corpus (deduplicated by guid and by link) and per-feed fetch state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from futureworld.domain import Article
+from storage.repositories._sql import insert
+from storage.tables import ArticleRow, FeedStateRow
+
+
+def article_from_row(row: ArticleRow) -> Article:
+    return Article(
+        id=row.id,
+        feed=row.feed,
+        guid=row.guid,
+        link=row.link,
+        title=row.title,
+        summary=row.summary,
+        body=row.body,
+        published_at=row.published_at,
+        fetched_at=row.fetched_at,
+        flags=tuple(row.flags or ()),
+    )
+
+
+def insert_articles(session: Session, articles: Sequence[Article]) -> int:
+    """Insert articles not seen before (by guid or by link); returns how many were new."""
+    inserted = 0
+    for start in range(0, len(articles), 500):
+        chunk = articles[start : start + 500]
+        statement = (
+            insert(session, ArticleRow)
+            .values(
+                [
+                    {
+                        "feed": a.feed,
+                        "guid": a.guid,
+                        "link": a.link,
+                        "title": a.title,
+                        "summary": a.summary,
+                        "body": a.body,
+                        "published_at": a.published_at,
+                        "fetched_at": a.fetched_at,
+                        "flags": list(a.flags),
+                    }
+                    for a in chunk
+                ]
+            )
+            .on_conflict_do_nothing()
+            .returning(ArticleRow.id)
+        )
+        inserted += len(session.execute(statement).all())
+    return inserted
+
+
+def articles_between(
+    session: Session, start: datetime | None, end: datetime, *, limit: int | None = None
+) -> list[Article]:
+    """Articles published in (start, end], oldest first."""
+    statement = select(ArticleRow).where(ArticleRow.published_at <= end)
+    if start is not None:
+        statement = statement.where(ArticleRow.published_at > start)
+    statement = statement.order_by(ArticleRow.published_at, ArticleRow.id).limit(limit)
+    return [article_from_row(row) for row in session.scalars(statement)]
+
+
+def get_feed_state(session: Session, url: str) -> tuple[str | None, str | None]:
+    row = session.get(FeedStateRow, url)
+    return (row.etag, row.last_modified) if row else (None, None)
+
+
+def set_feed_state(
+    session: Session, url: str, *, etag: str | None, last_modified: str | None, fetched_at: datetime
+) -> None:
+    row = session.get(FeedStateRow, url) or FeedStateRow(url=url)
+    row.etag, row.last_modified, row.last_fetched_at = etag, last_modified, fetched_at
+    session.add(row)

@@ -1,0 +1,236 @@
+"""Questions and their outcome revisions: idempotent upserts keyed by (source, external_id)
+and (question, revision)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from futureworld.domain import (
+    Outcome,
+    OutcomeStatus,
+    Question,
+    QuestionKind,
+    QuestionStatus,
+    utc_now,
+)
+from storage.repositories._sql import insert
+from storage.tables import OutcomeRow, QuestionRow
+
+
+@dataclass(frozen=True)
+class UpsertCount:
+    inserted: int
+    existing: int
+
+
+def question_from_row(row: QuestionRow) -> Question:
+    return Question(
+        id=row.id,
+        source=row.source,
+        external_id=row.external_id,
+        kind=QuestionKind(row.kind),
+        title=row.title,
+        background=row.background,
+        resolution_criteria=row.resolution_criteria,
+        url=row.url,
+        domain=row.domain,
+        created_at=row.created_at,
+        info_cutoff_at=row.info_cutoff_at,
+        close_at=row.close_at,
+        resolve_by=row.resolve_by,
+        status=QuestionStatus(row.status),
+        crowd_probability=row.crowd_probability,
+        options=tuple(row.options or ()),
+        extra=dict(row.extra or {}),
+    )
+
+
+def _question_values(question: Question, now: datetime) -> dict[str, Any]:
+    return {
+        "source": question.source,
+        "external_id": question.external_id,
+        "kind": str(question.kind),
+        "title": question.title,
+        "background": question.background,
+        "resolution_criteria": question.resolution_criteria,
+        "url": question.url,
+        "domain": question.domain,
+        "created_at": question.created_at,
+        "info_cutoff_at": question.info_cutoff_at,
+        "close_at": question.close_at,
+        "resolve_by": question.resolve_by,
+        "status": str(question.status),
+        "crowd_probability": question.crowd_probability,
+        "options": list(question.options),
+        "extra": question.extra,
+        "harvested_at": now,
+    }
+
+
+def upsert_questions(session: Session, questions: Sequence[Question]) -> UpsertCount:
+    """Insert new questions; an existing (source, external_id) keeps its first-harvest values
+    (the crowd probability at harvest and the cut-off must not drift on re-harvest)."""
+    if not questions:
+        return UpsertCount(0, 0)
+    now = utc_now()
+    inserted = 0
+    for start in range(0, len(questions), 500):
+        chunk = questions[start : start + 500]
+        statement = (
+            insert(session, QuestionRow)
+            .values([_question_values(q, now) for q in chunk])
+            .on_conflict_do_nothing(index_elements=["source", "external_id"])
+            .returning(QuestionRow.id)
+        )
+        inserted += len(session.execute(statement).all())
+    return UpsertCount(inserted, len(questions) - inserted)
+
+
+def question_ids(session: Session, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """Map (source, external_id) → id for the given keys that exist."""
+    wanted = set(keys)
+    sources = {source for source, _ in wanted}
+    rows = session.execute(
+        select(QuestionRow.source, QuestionRow.external_id, QuestionRow.id).where(
+            QuestionRow.source.in_(sources)
+        )
+    ).all()
+    return {(s, e): i for s, e, i in rows if (s, e) in wanted}
+
+
+def get_question(session: Session, question_id: int) -> Question:
+    row = session.get(QuestionRow, question_id)
+    if row is None:
+        raise LookupError(f"question {question_id} does not exist")
+    return question_from_row(row)
+
+
+def list_questions(
+    session: Session,
+    *,
+    status: QuestionStatus | None = None,
+    source: str | None = None,
+    ids: Sequence[int] | None = None,
+) -> list[Question]:
+    statement = select(QuestionRow).order_by(QuestionRow.id)
+    if status is not None:
+        statement = statement.where(QuestionRow.status == str(status))
+    if source is not None:
+        statement = statement.where(QuestionRow.source == source)
+    if ids is not None:
+        statement = statement.where(QuestionRow.id.in_(list(ids)))
+    return [question_from_row(row) for row in session.scalars(statement)]
+
+
+def open_questions_at(session: Session, as_of: datetime) -> list[Question]:
+    """Questions still open whose cut-off has passed and that have not closed by `as_of`."""
+    statement = (
+        select(QuestionRow)
+        .where(QuestionRow.status == str(QuestionStatus.OPEN))
+        .where(QuestionRow.info_cutoff_at <= as_of)
+        .where(or_(QuestionRow.close_at.is_(None), QuestionRow.close_at > as_of))
+        .order_by(QuestionRow.info_cutoff_at, QuestionRow.id)
+    )
+    return [question_from_row(row) for row in session.scalars(statement)]
+
+
+def questions_due_for_resolution(session: Session, now: datetime) -> list[Question]:
+    """Open questions whose close or resolve-by time has passed (or that have neither)."""
+    due = or_(
+        QuestionRow.close_at <= now,
+        QuestionRow.resolve_by <= now,
+        (QuestionRow.close_at.is_(None) & QuestionRow.resolve_by.is_(None)),
+    )
+    statement = (
+        select(QuestionRow)
+        .where(QuestionRow.status == str(QuestionStatus.OPEN))
+        .where(due)
+        .order_by(QuestionRow.id)
+    )
+    return [question_from_row(row) for row in session.scalars(statement)]
+
+
+def outcome_from_row(row: OutcomeRow) -> Outcome:
+    return Outcome(
+        id=row.id,
+        question_id=row.question_id,
+        revision=row.revision,
+        status=OutcomeStatus(row.status),
+        value=row.value,
+        resolved_at=row.resolved_at,
+        raw=dict(row.raw or {}),
+    )
+
+
+def latest_outcomes(
+    session: Session, question_ids: Sequence[int] | None = None
+) -> dict[int, Outcome]:
+    """The current (highest) outcome revision of each question that has one."""
+    latest = (
+        select(OutcomeRow.question_id, func.max(OutcomeRow.revision).label("revision"))
+        .group_by(OutcomeRow.question_id)
+        .subquery()
+    )
+    statement = select(OutcomeRow).join(
+        latest,
+        (OutcomeRow.question_id == latest.c.question_id)
+        & (OutcomeRow.revision == latest.c.revision),
+    )
+    if question_ids is not None:
+        statement = statement.where(OutcomeRow.question_id.in_(list(question_ids)))
+    return {row.question_id: outcome_from_row(row) for row in session.scalars(statement)}
+
+
+def record_outcomes(session: Session, outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """Add each outcome as a new revision of its question if it differs from the current one.
+
+    The `revision` of the given outcomes is ignored: the next revision is assigned here. An
+    unchanged resolution is a no-op, so re-running a resolver or an importer never adds rows.
+    Returns the outcomes that were recorded. The question's status follows its latest outcome.
+    """
+    current = latest_outcomes(session, sorted({o.question_id for o in outcomes}))
+    recorded: list[Outcome] = []
+    now = utc_now()
+    for outcome in outcomes:
+        previous = current.get(outcome.question_id)
+        if (
+            previous is not None
+            and previous.status == outcome.status
+            and previous.value == outcome.value
+        ):
+            continue
+        revision = 1 if previous is None else previous.revision + 1
+        row = OutcomeRow(
+            question_id=outcome.question_id,
+            revision=revision,
+            status=str(outcome.status),
+            value=outcome.value,
+            resolved_at=outcome.resolved_at,
+            raw=outcome.raw,
+            recorded_at=now,
+        )
+        session.add(row)
+        session.flush()
+        new = replace(outcome, revision=revision, id=row.id)
+        current[outcome.question_id] = new
+        recorded.append(new)
+    for status in (QuestionStatus.RESOLVED, QuestionStatus.ANNULLED):
+        wanted = (
+            OutcomeStatus.RESOLVED if status is QuestionStatus.RESOLVED else OutcomeStatus.ANNULLED
+        )
+        ids = [o.question_id for o in recorded if current[o.question_id].status == wanted]
+        if ids:
+            session.execute(
+                update(QuestionRow).where(QuestionRow.id.in_(ids)).values(status=str(status))
+            )
+    return recorded
+
+
+def count_rows(session: Session, table: Any) -> int:
+    return int(session.scalar(select(func.count()).select_from(table)) or 0)

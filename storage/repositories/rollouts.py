@@ -1,0 +1,334 @@
+"""Rollouts and turns: bulk, idempotent persistence (COPY on Postgres), loading for replay,
+and the predict-time claim protocol (`FOR UPDATE SKIP LOCKED` on Postgres)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, select, text
+from sqlalchemy.orm import Session
+
+from futureworld.domain import ParseStatus, StopReason, Trajectory, Turn, utc_now
+from storage import codec
+from storage.repositories._sql import dialect, insert
+from storage.tables import PredictionClaimRow, QuestionRow, RolloutRow, TurnRow
+
+_ROLLOUT_COLUMNS = (
+    "idempotency_key",
+    "question_id",
+    "agent_id",
+    "policy_version",
+    "group_id",
+    "sample_index",
+    "prompt_token_ids",
+    "completion_token_ids",
+    "loss_mask",
+    "behaviour_logprobs",
+    "n_completion_tokens",
+    "p_yes",
+    "choice",
+    "quantiles",
+    "parse_status",
+    "stop_reason",
+    "sampling",
+    "timings",
+    "as_of",
+    "created_at",
+)
+_TURN_COLUMNS = (
+    "rollout_id",
+    "index",
+    "role",
+    "text",
+    "token_start",
+    "token_end",
+    "tool_name",
+    "tool_args",
+    "tool_result_ids",
+    "belief",
+)
+
+
+def group_id(question_id: int, agent_id: int, policy_version: int) -> str:
+    return f"q{question_id}-a{agent_id}-v{policy_version}"
+
+
+def _rollout_values(t: Trajectory) -> dict[str, Any]:
+    return {
+        "idempotency_key": t.idempotency_key,
+        "question_id": t.question_id,
+        "agent_id": t.agent_id,
+        "policy_version": t.policy_version,
+        "group_id": group_id(*t.group_key),
+        "sample_index": t.sample_index,
+        "prompt_token_ids": codec.pack_ids(t.prompt_token_ids),
+        "completion_token_ids": codec.pack_ids(t.completion_token_ids),
+        "loss_mask": codec.pack_mask(t.loss_mask),
+        "behaviour_logprobs": codec.pack_floats(t.behaviour_logprobs),
+        "n_completion_tokens": len(t.completion_token_ids),
+        "p_yes": t.p_yes,
+        "choice": t.choice,
+        "quantiles": list(t.quantiles),
+        "parse_status": str(t.parse_status),
+        "stop_reason": str(t.stop_reason),
+        "sampling": t.sampling,
+        "timings": t.timings,
+        "as_of": t.as_of,
+        "created_at": t.created_at,
+    }
+
+
+def _turn_values(rollout_id: int, turn: Turn) -> dict[str, Any]:
+    return {
+        "rollout_id": rollout_id,
+        "index": turn.index,
+        "role": turn.role,
+        "text": turn.text,
+        "token_start": turn.token_start,
+        "token_end": turn.token_end,
+        "tool_name": turn.tool_name,
+        "tool_args": turn.tool_args,
+        "tool_result_ids": list(turn.tool_result_ids),
+        "belief": turn.belief,
+    }
+
+
+def insert_rollouts(session: Session, trajectories: Sequence[Trajectory]) -> int:
+    """Persist rollouts with their turns; rollouts whose (question, agent, version, sample)
+    already exists are skipped, so a re-run never duplicates. Returns the number inserted."""
+    if not trajectories:
+        return 0
+    if dialect(session) == "postgresql":
+        inserted = _copy_rollouts(session, trajectories)
+    else:
+        inserted = {}
+        for start in range(0, len(trajectories), 200):
+            chunk = trajectories[start : start + 200]
+            statement = (
+                insert(session, RolloutRow)
+                .values([_rollout_values(t) for t in chunk])
+                .on_conflict_do_nothing()
+                .returning(RolloutRow.id, RolloutRow.idempotency_key)
+            )
+            inserted.update({key: rid for rid, key in session.execute(statement).all()})
+    turns = [
+        _turn_values(inserted[t.idempotency_key], turn)
+        for t in trajectories
+        if t.idempotency_key in inserted
+        for turn in t.turns
+    ]
+    if turns:
+        if dialect(session) == "postgresql":
+            _copy_rows(session, "turn", _TURN_COLUMNS, turns)
+        else:
+            session.execute(insert(session, TurnRow), turns)
+    return len(inserted)
+
+
+def _copy_rollouts(session: Session, trajectories: Sequence[Trajectory]) -> dict[str, int]:
+    """COPY into a temporary table, then INSERT … ON CONFLICT DO NOTHING into `rollout`."""
+    connection = session.connection()
+    connection.execute(
+        text(
+            "CREATE TEMP TABLE IF NOT EXISTS rollout_stage "
+            "(LIKE rollout INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+        )
+    )
+    connection.execute(text("TRUNCATE rollout_stage"))
+    _copy_rows(
+        session, "rollout_stage", _ROLLOUT_COLUMNS, [_rollout_values(t) for t in trajectories]
+    )
+    columns = ", ".join(f'"{c}"' for c in _ROLLOUT_COLUMNS)
+    rows = connection.execute(
+        text(
+            f"INSERT INTO rollout ({columns}) SELECT {columns} FROM rollout_stage "
+            "ON CONFLICT DO NOTHING RETURNING id, idempotency_key"
+        )
+    ).all()
+    connection.execute(text("TRUNCATE rollout_stage"))
+    return {key: rid for rid, key in rows}
+
+
+def _copy_rows(
+    session: Session, table: str, columns: Sequence[str], rows: Sequence[dict[str, Any]]
+) -> None:
+    import json
+
+    raw = session.connection().connection.driver_connection
+    column_list = ", ".join(f'"{c}"' for c in columns)
+    with raw.cursor() as cursor, cursor.copy(f"COPY {table} ({column_list}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(
+                [
+                    json.dumps(v) if isinstance(v, dict | list) else v
+                    for v in (row[c] for c in columns)
+                ]
+            )
+
+
+def trajectory_from_row(row: RolloutRow, turns: Sequence[TurnRow] = ()) -> Trajectory:
+    return Trajectory(
+        id=row.id,
+        question_id=row.question_id,
+        agent_id=row.agent_id,
+        policy_version=row.policy_version,
+        sample_index=row.sample_index,
+        prompt_token_ids=codec.unpack_ids(row.prompt_token_ids),
+        completion_token_ids=codec.unpack_ids(row.completion_token_ids),
+        loss_mask=codec.unpack_mask(row.loss_mask),
+        behaviour_logprobs=codec.unpack_floats(row.behaviour_logprobs),
+        turns=tuple(
+            Turn(
+                index=t.index,
+                role=t.role,
+                text=t.text,
+                token_start=t.token_start,
+                token_end=t.token_end,
+                tool_name=t.tool_name,
+                tool_args=t.tool_args,
+                tool_result_ids=tuple(t.tool_result_ids or ()),
+                belief=t.belief,
+            )
+            for t in sorted(turns, key=lambda t: t.index)
+        ),
+        p_yes=row.p_yes,
+        choice=row.choice,
+        quantiles=tuple(row.quantiles or ()),
+        parse_status=ParseStatus(row.parse_status),
+        stop_reason=StopReason(row.stop_reason),
+        sampling=dict(row.sampling or {}),
+        timings=dict(row.timings or {}),
+        as_of=row.as_of,
+        created_at=row.created_at,
+    )
+
+
+def load_trajectories(session: Session, rollout_ids: Sequence[int]) -> list[Trajectory]:
+    """Load full rollouts (tokens and turns) in the order of `rollout_ids`."""
+    if not rollout_ids:
+        return []
+    rows = {
+        r.id: r for r in session.scalars(select(RolloutRow).where(RolloutRow.id.in_(rollout_ids)))
+    }
+    turns: dict[int, list[TurnRow]] = {}
+    for turn in session.scalars(select(TurnRow).where(TurnRow.rollout_id.in_(rollout_ids))):
+        turns.setdefault(turn.rollout_id, []).append(turn)
+    missing = [i for i in rollout_ids if i not in rows]
+    if missing:
+        raise LookupError(f"rollouts {missing[:5]} do not exist")
+    return [trajectory_from_row(rows[i], turns.get(i, ())) for i in rollout_ids]
+
+
+def rollouts_for(
+    session: Session, *, agent_id: int | None = None, question_id: int | None = None
+) -> list[Trajectory]:
+    statement = select(RolloutRow.id).order_by(RolloutRow.id)
+    if agent_id is not None:
+        statement = statement.where(RolloutRow.agent_id == agent_id)
+    if question_id is not None:
+        statement = statement.where(RolloutRow.question_id == question_id)
+    return load_trajectories(session, list(session.scalars(statement)))
+
+
+def existing_samples(
+    session: Session, question_ids: Sequence[int], agent_id: int, policy_version: int
+) -> dict[int, set[int]]:
+    """Sample indices already persisted per question for this agent's policy version."""
+    rows = session.execute(
+        select(RolloutRow.question_id, RolloutRow.sample_index).where(
+            RolloutRow.agent_id == agent_id,
+            RolloutRow.policy_version == policy_version,
+            RolloutRow.question_id.in_(list(question_ids)),
+        )
+    ).all()
+    found: dict[int, set[int]] = {}
+    for question_id, sample_index in rows:
+        found.setdefault(question_id, set()).add(sample_index)
+    return found
+
+
+def claim_questions(
+    session: Session,
+    candidate_ids: Sequence[int],
+    *,
+    agent_id: int,
+    policy_version: int,
+    samples: int,
+    worker: str,
+    lease_s: float,
+    limit: int | None,
+    now: datetime | None = None,
+) -> list[int]:
+    """Claim up to `limit` candidate questions that still lack samples for this policy version
+    and hold no live claim by another worker. The candidate rows are locked with
+    `FOR UPDATE SKIP LOCKED` on Postgres, so concurrent workers never claim the same group.
+    Call inside its own short transaction; release with `release_claims` when done."""
+    if not candidate_ids:
+        return []
+    now = now or utc_now()
+    have = existing_samples(session, candidate_ids, agent_id, policy_version)
+    needed = [q for q in candidate_ids if len(have.get(q, ())) < samples]
+    if not needed:
+        return []
+    statement = select(QuestionRow.id).where(QuestionRow.id.in_(needed)).order_by(QuestionRow.id)
+    if dialect(session) == "postgresql":
+        statement = statement.with_for_update(skip_locked=True)
+    locked = list(session.scalars(statement))
+    session.execute(
+        delete(PredictionClaimRow).where(
+            PredictionClaimRow.agent_id == agent_id,
+            PredictionClaimRow.policy_version == policy_version,
+            PredictionClaimRow.lease_expires_at <= now,
+        )
+    )
+    held = set(
+        session.scalars(
+            select(PredictionClaimRow.question_id).where(
+                PredictionClaimRow.agent_id == agent_id,
+                PredictionClaimRow.policy_version == policy_version,
+                PredictionClaimRow.question_id.in_(locked),
+                PredictionClaimRow.worker != worker,
+            )
+        )
+    )
+    order = {q: i for i, q in enumerate(candidate_ids)}
+    claimable = sorted((q for q in locked if q not in held), key=order.__getitem__)[:limit]
+    if claimable:
+        session.execute(
+            insert(session, PredictionClaimRow)
+            .values(
+                [
+                    {
+                        "question_id": q,
+                        "agent_id": agent_id,
+                        "policy_version": policy_version,
+                        "worker": worker,
+                        "lease_expires_at": now + timedelta(seconds=lease_s),
+                    }
+                    for q in claimable
+                ]
+            )
+            .on_conflict_do_nothing()
+        )
+    return claimable
+
+
+def release_claims(
+    session: Session, question_ids: Sequence[int], *, agent_id: int, policy_version: int
+) -> None:
+    session.execute(
+        delete(PredictionClaimRow).where(
+            PredictionClaimRow.agent_id == agent_id,
+            PredictionClaimRow.policy_version == policy_version,
+            PredictionClaimRow.question_id.in_(list(question_ids)),
+        )
+    )
+
+
+def count_rollouts(session: Session, agent_id: int | None = None) -> int:
+    statement = select(func.count()).select_from(RolloutRow)
+    if agent_id is not None:
+        statement = statement.where(RolloutRow.agent_id == agent_id)
+    return int(session.scalar(statement) or 0)

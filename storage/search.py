@@ -1,0 +1,89 @@
+"""Full-text search over the article corpus, as of an instant: Postgres tsvector + GIN
+(ranked with ts_rank_cd) or SQLite FTS5 (ranked with bm25), behind one interface.
+
+Nothing published after `as_of` is ever returned: the filter is part of every query.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from sqlalchemy import Engine, bindparam, text
+from sqlalchemy.orm import Session
+
+from futureworld.domain import Article, require_utc
+from storage.repositories.articles import article_from_row
+from storage.tables import ArticleRow
+from storage.types import UTCDateTime
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_MAX_TERMS = 16
+# Bound through the column type so SQLite compares its stored (naive UTC) format exactly.
+_AS_OF = bindparam("as_of", type_=UTCDateTime())
+
+
+def query_terms(query: str) -> list[str]:
+    """Words of a free-text query, lower-cased and de-duplicated, FTS syntax stripped."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(query.lower()):
+        if len(word) > 1:
+            seen.setdefault(word, None)
+    return list(seen)[:_MAX_TERMS]
+
+
+class ArticleCorpus:
+    """The search tool's backend: `search(query, as_of, k)` and `open(article_id, as_of)`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name
+
+    def search(self, query: str, as_of: datetime, k: int = 5) -> list[Article]:
+        as_of = require_utc(as_of, "as_of")
+        terms = query_terms(query)
+        if not terms or k <= 0:
+            return []
+        with Session(self._engine) as session:
+            if self._dialect == "postgresql":
+                ids = self._search_postgres(session, terms, as_of, k)
+            else:
+                ids = self._search_sqlite(session, terms, as_of, k)
+            rows = {row.id: row for row in session.query(ArticleRow).filter(ArticleRow.id.in_(ids))}
+            return [article_from_row(rows[i]) for i in ids if i in rows]
+
+    def open(self, article_id: int, as_of: datetime) -> Article | None:
+        as_of = require_utc(as_of, "as_of")
+        with Session(self._engine) as session:
+            row = session.get(ArticleRow, article_id)
+            if row is None or row.published_at > as_of:
+                return None
+            return article_from_row(row)
+
+    @staticmethod
+    def _search_postgres(session: Session, terms: list[str], as_of: datetime, k: int) -> list[int]:
+        tsquery = " | ".join(terms)
+        rows = session.execute(
+            text(
+                "SELECT id FROM article, to_tsquery('english', :q) AS q "
+                "WHERE search_vector @@ q AND published_at <= :as_of "
+                "ORDER BY ts_rank_cd(search_vector, q) DESC, published_at DESC, id DESC "
+                "LIMIT :k"
+            ).bindparams(_AS_OF),
+            {"q": tsquery, "as_of": as_of, "k": k},
+        ).all()
+        return [r[0] for r in rows]
+
+    @staticmethod
+    def _search_sqlite(session: Session, terms: list[str], as_of: datetime, k: int) -> list[int]:
+        match = " OR ".join(f'"{t}"' for t in terms)
+        rows = session.execute(
+            text(
+                "SELECT article.id FROM article_fts JOIN article ON article.id = article_fts.rowid "
+                "WHERE article_fts MATCH :q AND article.published_at <= :as_of "
+                "ORDER BY bm25(article_fts, 3.0, 2.0, 1.0), article.published_at DESC, "
+                "article.id DESC LIMIT :k"
+            ).bindparams(_AS_OF),
+            {"q": match, "as_of": as_of, "k": k},
+        ).all()
+        return [r[0] for r in rows]
