@@ -1,0 +1,215 @@
+"""Kalshi adapter (Trade API v2, public market data): open binary markets and settlements.
+
+GET /trade-api/v2/markets?limit=&cursor=&status=open returns {"markets": [...], "cursor": ""}
+(an empty cursor ends paging); GET /trade-api/v2/markets/{ticker} returns {"market": {...}}.
+Prices come as integer cents (`last_price`, `yes_bid`) and as dollar strings
+(`last_price_dollars`, "0.5600"); the dollar fields win. Status `determined` may still
+change, only `finalized` (older API: `settled`) is final.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
+from futureworld.sources.base import (
+    HarvestResult,
+    ResolveResult,
+    SourceResolution,
+    clamp_probability,
+    from_iso,
+)
+from futureworld.sources.http import SourceClient, SourceError, join_url
+
+SOURCE = "kalshi"
+DEFAULT_BASE_URL = "https://api.elections.kalshi.com"
+API_PREFIX = "/trade-api/v2"
+MAX_PAGE_SIZE = 1000
+FINAL_STATUSES = frozenset({"finalized", "settled"})
+PROVISIONAL_STATUSES = frozenset({"determined"})
+OPEN_STATUSES = frozenset({"open", "active", "initialized"})
+
+
+def price_dollars(market: dict[str, Any], name: str) -> float | None:
+    """A price in dollars (= probability) from `<name>_dollars`, else `<name>` in cents."""
+    dollars = market.get(f"{name}_dollars")
+    if dollars not in (None, ""):
+        return clamp_probability(dollars)
+    cents = market.get(name)
+    if cents in (None, ""):
+        return None
+    p = clamp_probability(float(cents) / 100.0)
+    return p
+
+
+def crowd_p_yes(market: dict[str, Any]) -> float | None:
+    """Mid of a live yes bid/ask (0 < bid ≤ ask), else the last traded price, else None."""
+    bid, ask = price_dollars(market, "yes_bid"), price_dollars(market, "yes_ask")
+    if bid is not None and ask is not None and 0.0 < bid <= ask < 1.0:
+        return (bid + ask) / 2.0
+    last = price_dollars(market, "last_price")
+    return last if last else None
+
+
+def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
+    """One binary market to a Question; KeyError/ValueError when malformed."""
+    ticker = str(market["ticker"])
+    title = str(market["title"]).strip()
+    if market.get("yes_sub_title") and market["yes_sub_title"] not in title:
+        title = f"{title} ({market['yes_sub_title']})"
+    rules = "\n\n".join(
+        r for r in (market.get("rules_primary"), market.get("rules_secondary")) if r
+    )
+    return Question(
+        source=SOURCE,
+        external_id=ticker,
+        kind=QuestionKind.BINARY,
+        title=title,
+        background=market.get("subtitle") or "",
+        resolution_criteria=rules,
+        url=f"https://kalshi.com/markets/{market.get('event_ticker') or ticker}".lower(),
+        domain=str(market.get("category") or ""),
+        created_at=from_iso(market.get("open_time")) or now,
+        info_cutoff_at=now,
+        close_at=from_iso(market.get("close_time")),
+        resolve_by=from_iso(market.get("latest_expiration_time") or market.get("expiration_time")),
+        crowd_probability=crowd_p_yes(market),
+        extra={"event_ticker": market.get("event_ticker")},
+    )
+
+
+def harvest_open(
+    client: SourceClient,
+    base_url: str = DEFAULT_BASE_URL,
+    *,
+    now: datetime | None = None,
+    limit: int = 500,
+    page_size: int = 200,
+    max_pages: int = 50,
+    token: str | None = None,
+) -> HarvestResult:
+    """Cursor-page open markets; keeps binary markets that close after `now`."""
+    del token  # market data is public; trading auth (RSA signatures) is not needed here
+    now = now or utc_now()
+    url = join_url(base_url, f"{API_PREFIX}/markets")
+    questions: dict[str, Question] = {}
+    counts: Counter[str] = Counter()
+    errors: list[str] = []
+    cursor: str | None = None
+    for _ in range(max_pages):
+        params: dict[str, Any] = {"limit": max(1, min(page_size, MAX_PAGE_SIZE)), "status": "open"}
+        if cursor:
+            params["cursor"] = cursor
+        try:
+            page = client.get_json(SOURCE, url, params=params)
+        except SourceError as exc:
+            errors.append(str(exc))
+            counts["failed_pages"] += 1
+            break
+        markets = page.get("markets") if isinstance(page, dict) else None
+        if not isinstance(markets, list):
+            errors.append(f"{SOURCE}: {url}: expected {{'markets': [...]}}, got {str(page)[:120]}")
+            counts["failed_pages"] += 1
+            break
+        counts["pages"] += 1
+        for market in markets:
+            counts["seen"] += 1
+            reason = _skip_reason(market, now)
+            if reason:
+                counts[f"skipped_{reason}"] += 1
+                continue
+            try:
+                question = market_to_question(market, now=now)
+            except (KeyError, TypeError, ValueError) as exc:
+                errors.append(f"{SOURCE}: market {market.get('ticker')!r} is malformed: {exc!r}")
+                counts["skipped_malformed"] += 1
+                continue
+            if question.external_id in questions:
+                counts["skipped_duplicate"] += 1
+                continue
+            questions[question.external_id] = question
+            if len(questions) >= limit:
+                break
+        next_cursor = page.get("cursor") or None
+        if len(questions) >= limit or not next_cursor or next_cursor == cursor:
+            break
+        cursor = str(next_cursor)
+    counts["harvested"] = len(questions)
+    return HarvestResult(questions=list(questions.values()), errors=errors, counts=counts)
+
+
+def _skip_reason(market: Any, now: datetime) -> str | None:
+    if not isinstance(market, dict) or "ticker" not in market:
+        return "malformed"
+    if market.get("market_type", "binary") != "binary":
+        return "not_binary"
+    if market.get("status", "open") not in OPEN_STATUSES:
+        return "closed"
+    try:
+        close_at = from_iso(market.get("close_time"))
+    except (TypeError, ValueError):
+        return "malformed"
+    if close_at is not None and close_at <= now:
+        return "closed"
+    return None
+
+
+def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceResolution | None:
+    """result yes/no once determined (final=False) or finalized (final=True); void → annulled."""
+    status = str(market.get("status") or "")
+    if status not in FINAL_STATUSES | PROVISIONAL_STATUSES:
+        return None
+    result = str(market.get("result") or "").lower()
+    if result in ("yes", "no"):
+        outcome, value = OutcomeStatus.RESOLVED, 1.0 if result == "yes" else 0.0
+    elif result == "void":
+        outcome, value = OutcomeStatus.ANNULLED, None
+    else:
+        raise ValueError(f"status {status} with result {market.get('result')!r}")
+    resolved_at = (
+        from_iso(market.get("settlement_ts"))
+        or from_iso(market.get("expiration_time"))
+        or from_iso(market.get("close_time"))
+        or now
+    )
+    return SourceResolution(
+        source=SOURCE,
+        external_id=str(market["ticker"]),
+        status=outcome,
+        value=value,
+        resolved_at=resolved_at,
+        final=status in FINAL_STATUSES,
+        raw=dict(market),
+    )
+
+
+def fetch_resolutions(
+    client: SourceClient,
+    base_url: str = DEFAULT_BASE_URL,
+    external_ids: Iterable[str] = (),
+    *,
+    now: datetime | None = None,
+    token: str | None = None,
+) -> ResolveResult:
+    """GET /markets/{ticker} per id; open markets are left out, failures listed."""
+    del token
+    now = now or utc_now()
+    resolutions: list[SourceResolution] = []
+    errors: list[str] = []
+    for external_id in dict.fromkeys(external_ids):
+        url = join_url(base_url, f"{API_PREFIX}/markets/{external_id}")
+        try:
+            page = client.get_json(SOURCE, url)
+            resolution = market_to_resolution(page["market"], now=now)
+        except SourceError as exc:
+            errors.append(str(exc))
+            continue
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            errors.append(f"{SOURCE}: market {external_id}: malformed resolution: {exc!r}")
+            continue
+        if resolution is not None:
+            resolutions.append(resolution)
+    return ResolveResult(resolutions=resolutions, errors=errors)
