@@ -72,7 +72,7 @@ class HttpConfig:
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP date; None if absent/bad."""
+    """Seconds to wait per a Retry-After header (delta-seconds or HTTP date); None if unusable."""
     if not value:
         return None
     value = value.strip()
