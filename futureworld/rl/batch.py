@@ -1,0 +1,216 @@
+"""Packed micro-batches and chunked per-token log-probs.
+
+Several rollouts are concatenated into one row (first-fit decreasing under a token budget)
+with position ids restarting at 0 for each rollout; transformers turns restarting position
+ids into a block-diagonal causal mask, so attention never crosses rollouts and no token is
+padding. `token_logprobs` projects to the vocabulary only at generated positions, in chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from futureworld.domain import Trajectory
+
+
+@dataclass(frozen=True)
+class PackedRow:
+    """One micro-batch: a packed row of L tokens; every tensor has shape (1, L)."""
+
+    input_ids: Tensor
+    position_ids: Tensor
+    """Restart at 0 at each rollout boundary."""
+    target_ids: Tensor
+    """The next token of the same rollout (0 where there is none)."""
+    mask: Tensor
+    """bool: the target is a generated (loss-mask 1) completion token."""
+    logp_behaviour: Tensor
+    """log μ of the target token (0 where mask is False)."""
+    advantages: Tensor
+    """A of the target token (0 where mask is False)."""
+    rollout_indices: tuple[int, ...]
+    """Indices into the packed sequence of trajectories, in row order."""
+    logp_prox: Tensor | None = None
+    """log π_prox of the target token, filled in once at the start of the update."""
+    logp_ref: Tensor | None = None
+    """log π_ref of the target token, when a KL penalty is on."""
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    def to(self, device: torch.device) -> PackedRow:
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), Tensor)
+        }
+        return replace(self, **moved)
+
+
+def _sequence_length(trajectory: Trajectory) -> int:
+    return len(trajectory.prompt_token_ids) + len(trajectory.completion_token_ids)
+
+
+def first_fit_decreasing(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Bins of indices whose lengths sum to ≤ budget (an item longer than budget gets its own)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        for b, free in enumerate(room):
+            if lengths[i] <= free:
+                bins[b].append(i)
+                room[b] -= lengths[i]
+                break
+        else:
+            bins.append([i])
+            room.append(budget - lengths[i])
+    return bins
+
+
+def _row(
+    trajectories: Sequence[Trajectory], advantages: Sequence[np.ndarray], indices: list[int]
+) -> PackedRow:
+    ids: list[int] = []
+    pos: list[int] = []
+    tgt: list[int] = []
+    mask: list[bool] = []
+    logp_mu: list[float] = []
+    adv: list[float] = []
+    for i in indices:
+        traj = trajectories[i]
+        seq = list(traj.prompt_token_ids) + list(traj.completion_token_ids)
+        n_prompt = len(traj.prompt_token_ids)
+        ids += seq
+        pos += range(len(seq))
+        tgt += [*seq[1:], 0]
+        # position p predicts token p + 1; completion token c sits at n_prompt + c
+        mask += [False] * (n_prompt - 1) + [bool(m) for m in traj.loss_mask] + [False]
+        logp_mu += [0.0] * (n_prompt - 1) + list(traj.behaviour_logprobs) + [0.0]
+        adv += [0.0] * (n_prompt - 1) + [float(a) for a in advantages[i]] + [0.0]
+    mask_t = torch.tensor([mask])
+    return PackedRow(
+        input_ids=torch.tensor([ids], dtype=torch.long),
+        position_ids=torch.tensor([pos], dtype=torch.long),
+        target_ids=torch.tensor([tgt], dtype=torch.long),
+        mask=mask_t,
+        logp_behaviour=torch.tensor([logp_mu], dtype=torch.float32) * mask_t,
+        advantages=torch.tensor([adv], dtype=torch.float32) * mask_t,
+        rollout_indices=tuple(indices),
+    )
+
+
+def pack_trajectories(
+    trajectories: Sequence[Trajectory], advantages: Sequence[np.ndarray], budget_tokens: int
+) -> list[PackedRow]:
+    """Packs rollouts (prompt + completion) into rows of ≤ budget_tokens, zero padding."""
+    if len(trajectories) != len(advantages):
+        raise ValueError(f"{len(trajectories)} trajectories but {len(advantages)} advantage arrays")
+    for traj, adv in zip(trajectories, advantages, strict=True):
+        if not traj.prompt_token_ids:
+            raise ValueError(
+                f"rollout {traj.idempotency_key} has no prompt tokens: the first completion "
+                "token would have no position to be predicted from"
+            )
+        if len(adv) != len(traj.completion_token_ids):
+            raise ValueError(
+                f"rollout {traj.idempotency_key}: {len(adv)} advantages for "
+                f"{len(traj.completion_token_ids)} completion tokens"
+            )
+    lengths = [_sequence_length(t) for t in trajectories]
+    return [_row(trajectories, advantages, b) for b in first_fit_decreasing(lengths, budget_tokens)]
+
+
+@dataclass(frozen=True)
+class PackingStats:
+    tokens: int
+    packed_slots: int
+    padded_slots: int
+    """Slots used by padded micro-batches: lengths sorted, B·max_len ≤ budget per batch."""
+
+    @property
+    def packed_waste(self) -> float:
+        return 1 - self.tokens / self.packed_slots
+
+    @property
+    def padded_waste(self) -> float:
+        return 1 - self.tokens / self.padded_slots
+
+
+def packing_stats(lengths: Sequence[int], budget_tokens: int) -> PackingStats:
+    """Compares packing with the alternative: length-sorted padded batches of ≤ budget slots."""
+    tokens = int(sum(lengths))
+    padded = 0
+    batch: list[int] = []
+    for n in sorted(lengths):
+        if batch and (len(batch) + 1) * n > budget_tokens:
+            padded += len(batch) * max(batch)
+            batch = []
+        batch.append(n)
+    if batch:
+        padded += len(batch) * max(batch)
+    return PackingStats(tokens=tokens, packed_slots=tokens, padded_slots=padded)
+
+
+def _backbone_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """The transformer body and the LM head of a causal LM, looking through a peft wrapper."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inner.base_model, inner.get_output_embeddings()
+
+
+def _chunk_logprobs(
+    hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float
+) -> tuple[Tensor, Tensor]:
+    """(N, H) hidden states, (N,) targets → log π(target), entropy; both (N,)."""
+    logp_all = (head(hidden).float() / temperature).log_softmax(-1)
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def token_logprobs(
+    model: nn.Module, row: PackedRow, temperature: float, chunk_tokens: int
+) -> tuple[Tensor, Tensor]:
+    """log π(target) at temperature T (logits / T) and the entropy of π; both (1, L).
+
+    Only generated positions are projected to the vocabulary, `chunk_tokens` at a time.
+    Under autograd with more than one chunk each chunk is recomputed in backward
+    (activation checkpointing), so at most chunk_tokens × V logits exist at once.
+    Non-generated positions hold 0.
+    """
+    backbone, head = _backbone_and_head(model)
+    hidden = backbone(input_ids=row.input_ids, position_ids=row.position_ids).last_hidden_state
+    positions = row.mask[0].nonzero().squeeze(-1)
+    h = hidden[0, positions]
+    targets = row.target_ids[0, positions]
+    chunked = torch.is_grad_enabled() and len(positions) > chunk_tokens
+    logps, entropies = [], []
+    for start in range(0, len(positions), chunk_tokens):
+        part = (
+            h[start : start + chunk_tokens],
+            targets[start : start + chunk_tokens],
+            head,
+            temperature,
+        )
+        lp, ent = (
+            checkpoint(_chunk_logprobs, *part, use_reentrant=False)
+            if chunked
+            else _chunk_logprobs(*part)
+        )
+        logps.append(lp)
+        entropies.append(ent)
+    length = row.num_tokens
+    zeros = torch.zeros(length, device=hidden.device, dtype=torch.float32)
+    if not logps:
+        return zeros[None], zeros[None].detach()
+    logp = zeros.index_put((positions,), torch.cat(logps))
+    entropy = zeros.detach().index_put((positions,), torch.cat(entropies).detach())
+    return logp[None], entropy[None]

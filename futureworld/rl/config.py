@@ -1,0 +1,173 @@
+"""Training configuration for the replay-and-train update: one frozen, validated dataclass.
+
+Owns the knobs of the estimator, the decoupled-PPO loss, the optimiser, batching, LoRA
+and precision. It does not know where the rollouts come from or where versions are recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import torch
+
+
+class Estimator(StrEnum):
+    """How rewards become per-token advantages (see `futureworld.rl.advantages`)."""
+
+    DR_GRPO = "dr_grpo"
+    """A_i = R_i − mean_group(R); Liu et al. 2025, "Understanding R1-Zero-Like Training"."""
+    GRPO = "grpo"
+    """(R_i − mean) / (std + ε); Shao et al. 2024, DeepSeekMath."""
+    RLOO = "rloo"
+    """R_i − mean of the other G−1; Kool et al. 2019, Ahmadian et al. 2024."""
+    FORECAST_INFO_GAIN = "forecast_info_gain"
+    """dr_grpo + potential-based turn credit λ·(R − Φ(belief before the turn)); Ng et al. 1999."""
+    SIOP = "siop"
+    """Label-free provisional rewards from the group's reliability-weighted consensus."""
+    SFT = "sft"
+    """Supervised fine-tuning: weight 1 on every generated token, loss −mean log π."""
+
+
+class Objective(StrEnum):
+    """Which loss the update minimises (see `futureworld.rl.losses.OBJECTIVES`)."""
+
+    DECOUPLED_PPO = "decoupled_ppo"
+    """Clipped, importance-weighted policy gradient on advantages."""
+    SFT = "sft"
+    """Negative log-likelihood of the generated tokens."""
+
+
+class Precision(StrEnum):
+    AUTO = "auto"
+    """bf16 autocast on CUDA, fp32 on CPU."""
+    FP32 = "fp32"
+    """Everything in float32 (deterministic on CPU)."""
+    BF16 = "bf16"
+    """fp32 master weights with bf16 autocast for the forward pass."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    estimator: Estimator = Estimator.DR_GRPO
+    """Advantage estimator; `sft` switches the objective to supervised fine-tuning."""
+    learning_rate: float = 1e-6
+    """AdamW learning rate (constant; the update is a handful of steps)."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay."""
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW (β1, β2)."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip applied before each optimiser step."""
+    grad_accum_steps: int = 1
+    """Packed micro-batches whose gradients are summed into one optimiser step."""
+    micro_batch_tokens: int = 4096
+    """Packing budget: tokens per packed row (a longer rollout gets a row of its own)."""
+    ppo_epochs: int = 1
+    """Passes over the update's data; π_prox stays frozen across them."""
+    clip_low: float = 0.2
+    """Lower PPO clip: r_t is clipped at 1 − clip_low."""
+    clip_high: float = 0.28
+    """Upper PPO clip ("clip-higher", DAPO; Yu et al. 2025): r_t clipped at 1 + clip_high."""
+    is_cap: float = 2.0
+    """C: behaviour importance weight w_t = min(π_prox/μ, C) (truncated IS)."""
+    reject_bound: float = 10.0
+    """Tokens with π_prox/μ above this are masked out of the loss entirely."""
+    m2po_tau: float | None = None
+    """M2PO second-moment bound (0.04 when enabled; Zheng et al. 2025); None disables it."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL estimate to the reference policy (the un-updated base); 0 = off."""
+    info_gain_lambda: float = 0.5
+    """λ of `forecast_info_gain`: weight of the per-turn potential-based credit."""
+    temperature: float = 1.0
+    """Sampling temperature of the behaviour policy; log-probs use logits / temperature."""
+    lora: bool = False
+    """Train a LoRA adapter (peft) instead of all weights."""
+    lora_rank: int = 16
+    """LoRA rank r."""
+    lora_alpha: float = 32.0
+    """LoRA scaling α (update scaled by α / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input; 0 keeps π_θ = π_prox at the first step."""
+    lora_target_modules: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
+    """Module names that receive LoRA adapters."""
+    seed: int = 0
+    """Seeds torch for the update; with fp32 on CPU the update is bit-for-bit reproducible."""
+    logprob_chunk_tokens: int = 1024
+    """Positions per chunk when projecting to the vocabulary, bounding logits memory."""
+    precision: Precision = Precision.AUTO
+    """Numeric precision policy."""
+    device: str | None = None
+    """torch device; None picks cuda when available, else cpu."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "estimator", Estimator(self.estimator))
+        object.__setattr__(self, "precision", Precision(self.precision))
+        object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))
+        positive = {
+            "learning_rate": self.learning_rate,
+            "max_grad_norm": self.max_grad_norm,
+            "is_cap": self.is_cap,
+            "temperature": self.temperature,
+            "lora_alpha": self.lora_alpha,
+        }
+        for name, value in positive.items():
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(
+                    f"TrainConfig.{name} must be a positive finite number, got {value}"
+                )
+        for name in ("grad_accum_steps", "micro_batch_tokens", "ppo_epochs", "lora_rank"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TrainConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.logprob_chunk_tokens < 1:
+            raise ValueError(
+                f"TrainConfig.logprob_chunk_tokens must be >= 1, got {self.logprob_chunk_tokens}"
+            )
+        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
+            raise ValueError(
+                f"TrainConfig clip range needs 0 <= clip_low < 1 and clip_high >= 0, "
+                f"got clip_low={self.clip_low}, clip_high={self.clip_high}"
+            )
+        if self.reject_bound < self.is_cap:
+            raise ValueError(
+                f"TrainConfig.reject_bound ({self.reject_bound}) must be >= is_cap ({self.is_cap})"
+            )
+        if self.m2po_tau is not None and not self.m2po_tau > 0:
+            raise ValueError(f"TrainConfig.m2po_tau must be > 0 or None, got {self.m2po_tau}")
+        for name in ("weight_decay", "kl_coef", "info_gain_lambda"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"TrainConfig.lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if not all(0 <= b < 1 for b in self.adam_betas) or len(self.adam_betas) != 2:
+            raise ValueError(
+                f"TrainConfig.adam_betas must be two numbers in [0, 1), got {self.adam_betas}"
+            )
+
+    @property
+    def objective(self) -> Objective:
+        """SFT trains on likelihood; every RL estimator feeds the decoupled-PPO loss."""
+        return Objective.SFT if self.estimator is Estimator.SFT else Objective.DECOUPLED_PPO
+
+    def resolved_device(self) -> torch.device:
+        if self.device is not None:
+            return torch.device(self.device)
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    def autocast_dtype(self, device: torch.device) -> torch.dtype | None:
+        """The autocast dtype for the forward pass, or None for plain fp32."""
+        if self.precision is Precision.BF16 or (
+            self.precision is Precision.AUTO and device.type == "cuda"
+        ):
+            return torch.bfloat16
+        return None
