@@ -1,0 +1,86 @@
+from datetime import UTC, datetime
+
+from loopback_server import Reply, Request
+
+from futureworld.domain import OutcomeStatus
+from futureworld.sources import kalshi
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+MARKETS = "/trade-api/v2/markets"
+
+
+def market(i: int, **overrides) -> dict:
+    body = {
+        "ticker": f"KXCPI-26MAR-T{i}",
+        "event_ticker": "KXCPI-26MAR",
+        "market_type": "binary",
+        "title": f"Will CPI rise more than 0.{i}% in March?",
+        "yes_sub_title": "",
+        "open_time": "2026-02-01T14:00:00Z",
+        "close_time": "2026-04-10T12:30:00Z",
+        "expiration_time": "2026-04-11T12:30:00Z",
+        "status": "active",
+        "result": "",
+        "yes_bid": 40,
+        "yes_ask": 44,
+        "yes_bid_dollars": "0.4000",
+        "yes_ask_dollars": "0.4400",
+        "last_price": 41,
+        "last_price_dollars": "0.4100",
+        "rules_primary": "If CPI rises more than the strike, the market resolves to Yes.",
+        "category": "Economics",
+    }
+    body.update(overrides)
+    return body
+
+
+def cursor_pages(markets: list[dict]):
+    def handler(request: Request) -> Reply:
+        start = int(request.query.get("cursor") or 0)
+        limit = int(request.query["limit"])
+        nxt = str(start + limit) if start + limit < len(markets) else ""
+        return Reply(200, {"markets": markets[start : start + limit], "cursor": nxt})
+
+    return handler
+
+
+def test_cursor_paging_and_crowd_from_dollar_fields(server, client):
+    markets = [market(i) for i in range(5)]
+    markets[4] = market(4, market_type="scalar")
+    server.route(MARKETS, cursor_pages(markets))
+    result = kalshi.harvest_open(client, server.base_url, now=NOW, page_size=2)
+    assert [q.external_id for q in result.questions] == [f"KXCPI-26MAR-T{i}" for i in range(4)]
+    assert [r.query.get("cursor") for r in server.requests_to(MARKETS)] == [None, "2", "4"]
+    assert result.counts["skipped_not_binary"] == 1
+    assert result.questions[0].crowd_probability == 0.42  # mid of 0.40 / 0.44
+    assert result.questions[0].domain == "Economics"
+
+
+def test_crowd_falls_back_to_last_price_in_cents(server, client):
+    cents_only = market(0, yes_bid=0, yes_ask=100, last_price=37)
+    for name in ("yes_bid_dollars", "yes_ask_dollars", "last_price_dollars"):
+        del cents_only[name]
+    server.route(MARKETS, [Reply(200, {"markets": [cents_only], "cursor": ""})])
+    (question,) = kalshi.harvest_open(client, server.base_url, now=NOW).questions
+    assert question.crowd_probability == 0.37
+
+
+def test_determined_is_not_final_and_finalized_is(server, client):
+    server.route(
+        f"{MARKETS}/A", [Reply(200, {"market": market(1, status="determined", result="yes")})]
+    )
+    server.route(
+        f"{MARKETS}/B", [Reply(200, {"market": market(2, status="finalized", result="no")})]
+    )
+    server.route(
+        f"{MARKETS}/C", [Reply(200, {"market": market(3, status="finalized", result="void")})]
+    )
+    server.route(f"{MARKETS}/D", [Reply(200, {"market": market(4, status="closed")})])
+    server.route(f"{MARKETS}/E", [Reply(200, {"nothing": True})])
+    result = kalshi.fetch_resolutions(client, server.base_url, ["A", "B", "C", "D", "E"])
+    by_id = {r.external_id[-2:]: r for r in result.resolutions}
+    assert (by_id["T1"].value, by_id["T1"].final) == (1.0, False)
+    assert (by_id["T2"].value, by_id["T2"].final) == (0.0, True)
+    assert by_id["T3"].status is OutcomeStatus.ANNULLED
+    assert set(by_id) == {"T1", "T2", "T3"}
+    assert len(result.errors) == 1 and "market E" in result.errors[0]
