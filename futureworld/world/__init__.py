@@ -1,0 +1,42 @@
+"""The simulated world: a seeded generator of news, questions and outcomes, served over HTTP.
+
+`World(WorldConfig(...))` generates; `SimClock` is the shared simulated now; `serve_world`
+serves RSS feeds and a Manifold-compatible API on loopback; `reference` writes warm-start data.
+"""
+
+from futureworld.world.clock import SimClock
+from futureworld.world.config import WorldConfig
+from futureworld.world.model import (
+    ArticleKind,
+    MarketResolution,
+    Resolution,
+    SimArticle,
+    SimQuestion,
+    World,
+)
+from futureworld.world.reference import (
+    SFTExample,
+    reference_forecast,
+    sft_examples,
+    true_probability,
+)
+from futureworld.world.server import WorldServer, serve_world
+from futureworld.world.vocabulary import Topic
+
+__all__ = [
+    "ArticleKind",
+    "MarketResolution",
+    "Resolution",
+    "SFTExample",
+    "SimArticle",
+    "SimClock",
+    "SimQuestion",
+    "Topic",
+    "World",
+    "WorldConfig",
+    "WorldServer",
+    "reference_forecast",
+    "serve_world",
+    "sft_examples",
+    "true_probability",
+]

@@ -1,0 +1,129 @@
+"""Wire formats the world server speaks: RSS 2.0 documents and Manifold v0 market JSON.
+
+Pure functions from world objects to bytes / dicts; which objects are visible at the clock's
+now is the server's decision, not this module's.
+
+Manifold shapes follow docs.manifold.markets/api (LiteMarket for lists, FullMarket for one
+market): times are epoch milliseconds, `probability` is the market's current P(yes),
+`resolution` is YES/NO/CANCEL/MKT and appears only once the market is resolved. As a
+documented superset the lite shape also carries `groupSlugs` and `textDescription`, so a
+harvest from the list alone knows the topic and the resolution criteria.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from datetime import datetime
+from email.utils import format_datetime
+from typing import Any
+
+from futureworld.world.model import CREATOR_USERNAME, Resolution, SimArticle, SimQuestion
+
+CONTENT_NS = "http://purl.org/rss/1.0/modules/content/"
+ET.register_namespace("content", CONTENT_NS)
+POOL_LIQUIDITY = 100.0
+
+
+def to_ms(at: datetime) -> int:
+    return round(at.timestamp() * 1000)
+
+
+def rss_document(
+    *, title: str, link: str, description: str, articles: list[SimArticle], base_url: str,
+    built_at: datetime,
+) -> bytes:  # fmt: skip
+    """An RSS 2.0 channel with one <item> per article (guid, link, title, description,
+    content:encoded, category, pubDate in RFC 822), in the order given."""
+    rss = ET.Element("rss", {"version": "2.0"})
+    channel = ET.SubElement(rss, "channel")
+    ET.SubElement(channel, "title").text = title
+    ET.SubElement(channel, "link").text = link
+    ET.SubElement(channel, "description").text = description
+    ET.SubElement(channel, "lastBuildDate").text = format_datetime(built_at, usegmt=True)
+    for article in articles:
+        item = ET.SubElement(channel, "item")
+        ET.SubElement(item, "title").text = article.title
+        ET.SubElement(item, "link").text = f"{base_url}{article.path}"
+        ET.SubElement(item, "guid", {"isPermaLink": "false"}).text = article.guid
+        ET.SubElement(item, "description").text = article.summary
+        ET.SubElement(item, f"{{{CONTENT_NS}}}encoded").text = article.body
+        ET.SubElement(item, "category").text = article.topic.value
+        ET.SubElement(item, "pubDate").text = format_datetime(article.published_at, usegmt=True)
+    return ET.tostring(rss, encoding="utf-8", xml_declaration=True)
+
+
+def article_html(article: SimArticle) -> bytes:
+    """A minimal article page for the link of an RSS item."""
+    page = ET.Element("html")
+    head = ET.SubElement(page, "head")
+    ET.SubElement(head, "title").text = article.title
+    body = ET.SubElement(page, "body")
+    ET.SubElement(body, "h1").text = article.title
+    ET.SubElement(body, "time").text = article.published_at.isoformat()
+    ET.SubElement(body, "p").text = article.body
+    return b"<!DOCTYPE html>\n" + ET.tostring(page, encoding="utf-8", method="html")
+
+
+def market_url(question: SimQuestion, base_url: str) -> str:
+    return f"{base_url}/{CREATOR_USERNAME}/{question.slug}"
+
+
+def lite_market(
+    question: SimQuestion, resolution: Resolution | None, *, now: datetime, base_url: str
+) -> dict[str, Any]:
+    """Manifold's LiteMarket for a binary cpmm-1 market as of `now`.
+
+    `resolution` must be None until now ≥ its resolution time (the server guarantees it).
+    Pool: for cpmm-1 with p = 0.5, P(yes) = NO / (YES + NO), so YES = L·(1 − P), NO = L·P.
+    """
+    prob = question.crowd_probability
+    volume = round(40.0 + 600.0 * abs(prob - 0.5) + 7.0 * question.index, 2)
+    last_updated = min(now, question.close_at)
+    market: dict[str, Any] = {
+        "id": question.external_id,
+        "creatorId": f"{CREATOR_USERNAME}-id",
+        "creatorUsername": CREATOR_USERNAME,
+        "creatorName": "Simulated World",
+        "createdTime": to_ms(question.created_at),
+        "closeTime": to_ms(question.close_at),
+        "question": question.title,
+        "slug": question.slug,
+        "url": market_url(question, base_url),
+        "outcomeType": "BINARY",
+        "mechanism": "cpmm-1",
+        "probability": prob,
+        "p": 0.5,
+        "pool": {
+            "YES": round(POOL_LIQUIDITY * (1.0 - prob), 4),
+            "NO": round(POOL_LIQUIDITY * prob, 4),
+        },
+        "totalLiquidity": POOL_LIQUIDITY,
+        "volume": volume,
+        "volume24Hours": round(volume / question.horizon_days, 2),
+        "uniqueBettorCount": 3 + question.index % 11,
+        "isResolved": resolution is not None,
+        "lastUpdatedTime": to_ms(last_updated),
+        "lastBetTime": to_ms(last_updated),
+        "token": "MANA",
+        "groupSlugs": [question.topic.value],
+        "textDescription": question.description,
+    }
+    if resolution is not None:
+        market["resolution"] = resolution.resolution.value
+        market["resolutionTime"] = to_ms(resolution.resolved_at)
+        market["lastUpdatedTime"] = to_ms(resolution.resolved_at)
+    return market
+
+
+def full_market(
+    question: SimQuestion, resolution: Resolution | None, *, now: datetime, base_url: str
+) -> dict[str, Any]:
+    """Manifold's FullMarket: the LiteMarket plus the description as a TipTap document."""
+    market = lite_market(question, resolution, now=now, base_url=base_url)
+    market["description"] = {
+        "type": "doc",
+        "content": [
+            {"type": "paragraph", "content": [{"type": "text", "text": question.description}]}
+        ],
+    }
+    return market

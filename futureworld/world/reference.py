@@ -1,0 +1,78 @@
+"""A reference forecaster for the simulated world, and the warm-start SFT data it writes.
+
+Owns the reference's forecasts and the (question, target) pairs; turning them into token
+sequences with the agent's prompt is the caller's job.
+
+The reference knows the cue ladder (config.py) exactly but is deliberately over-confident:
+    p_ref = σ(s · logit(p_true)),  s = `sharpening` ≥ 1,
+so with s = 2 the ladder {0.1, 0.3, 0.5, 0.7, 0.9} becomes {0.012, 0.155, 0.5, 0.845, 0.988}.
+Its expected Brier is E[p(1−p)] + E[(p_ref − p)²]: worse than the true probabilities, better
+than the 0.25 of always saying 0.5. SFT on it teaches the format and the direction of the
+mapping; RL then has calibration left to learn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from futureworld.domain import Question
+from futureworld.world.config import WorldConfig, cue_probability
+from futureworld.world.model import World
+
+DEFAULT_SHARPENING = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SFTExample:
+    question: Question
+    """The question as a harvest of the world's Manifold API yields it."""
+    target_p_yes: float
+    """The reference forecaster's answer, the SFT target."""
+
+
+def sharpen(p_yes: float, sharpening: float) -> float:
+    """σ(s · logit(p)); s = 1 is the identity, s > 1 pushes p toward 0 or 1."""
+    if not 0.0 < p_yes < 1.0:
+        raise ValueError(f"p_yes must be inside (0, 1) to sharpen, got {p_yes}")
+    if sharpening <= 0:
+        raise ValueError(f"sharpening must be > 0, got {sharpening}")
+    return 1.0 / (1.0 + math.exp(-sharpening * math.log(p_yes / (1.0 - p_yes))))
+
+
+def reference_forecast(
+    question: Question,
+    *,
+    sharpening: float = DEFAULT_SHARPENING,
+    config: WorldConfig | None = None,
+) -> float:
+    """The over-confident reference P(yes) from the cue stated in the question's text."""
+    p_true = cue_probability(f"{question.title} {question.background}", config or WorldConfig())
+    return round(sharpen(p_true, sharpening), 4)
+
+
+def true_probability(question: Question, world: World | None = None) -> float:
+    """The world's true P(yes): looked up by external id when `world` is given, else read from
+    the cue in the title under the default ladder (the same number, by construction)."""
+    if world is not None:
+        return world.true_probability(question.external_id)
+    return cue_probability(question.title, WorldConfig())
+
+
+def sft_examples(
+    world: World,
+    days: int | Iterable[int],
+    *,
+    sharpening: float = DEFAULT_SHARPENING,
+    source: str = "manifold",
+) -> list[SFTExample]:
+    """Warm-start pairs for every question posed on `days` (an int n means days 0..n-1)."""
+    day_list = range(days) if isinstance(days, int) else list(days)
+    examples = []
+    for day in day_list:
+        for sim_question in world.questions_posed_on(day):
+            question = sim_question.to_domain(source=source)
+            target = reference_forecast(question, sharpening=sharpening, config=world.config)
+            examples.append(SFTExample(question=question, target_p_yes=target))
+    return examples
