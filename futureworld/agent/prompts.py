@@ -1,0 +1,73 @@
+"""What the agent is told: the system prompt, the question message, and the framing of
+tool observations, all rendered through the tokenizer's own chat template."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from transformers import PreTrainedTokenizerBase
+
+from futureworld.domain import Question
+
+SYSTEM_PROMPT = (
+    "You are a careful forecaster. Estimate the probability that the question resolves YES.\n"
+    "You can research it in a news archive that only holds articles published up to the "
+    "as-of date. Each reply takes exactly one action:\n"
+    "- <search>keywords</search> searches the archive and shows numbered results with ids;\n"
+    "- <open>id</open> shows the full article with that id;\n"
+    "- <probability>p</probability> gives your final answer, a decimal p between 0 and 1 "
+    "(for example <probability>0.73</probability>). This ends the research."
+)
+
+BELIEF_PREFIX = "Current estimate: <probability>"
+"""Appended to a copy of the context to elicit the agent's belief after a tool turn."""
+
+
+def render_question(question: Question, *, as_of: datetime) -> str:
+    """The user message: title, background, resolution criteria, as-of and resolve-by dates."""
+    parts = [f"Question: {question.title}"]
+    if question.background:
+        parts.append(f"Background: {question.background}")
+    if question.resolution_criteria:
+        parts.append(f"Resolution criteria: {question.resolution_criteria}")
+    parts.append(f"As of: {as_of:%Y-%m-%d %H:%M} UTC")
+    if question.resolve_by is not None:
+        parts.append(f"Resolves by: {question.resolve_by:%Y-%m-%d}")
+    return "\n\n".join(parts)
+
+
+def encode_prompt(
+    tokenizer: PreTrainedTokenizerBase, question: Question, *, as_of: datetime
+) -> list[int]:
+    """The prompt's token ids, ending with the assistant header (generation prompt)."""
+    messages = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": render_question(question, as_of=as_of)},
+    ]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+_ASSISTANT_MARK = "\x00ASSISTANT\x00"
+_OBSERVATION_MARK = "\x00OBSERVATION\x00"
+
+
+def observation_frame(tokenizer: PreTrainedTokenizerBase, role: str = "user") -> tuple[str, str]:
+    """(before, after): the chat-template text around an observation.
+
+    `before` closes the assistant turn that ended in an action tag and opens the `role`
+    message; `after` closes it and opens the next assistant turn. Derived from the
+    template itself, so the same code frames observations for any chat model.
+    """
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": _ASSISTANT_MARK},
+        {"role": role, "content": _OBSERVATION_MARK},
+    ]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    if _ASSISTANT_MARK not in text or _OBSERVATION_MARK not in text:
+        raise ValueError(f"the chat template drops assistant or {role!r} message content")
+    between = text.split(_ASSISTANT_MARK, 1)[1]
+    before, after = between.split(_OBSERVATION_MARK, 1)
+    return before, after
