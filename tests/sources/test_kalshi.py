@@ -1,5 +1,6 @@
 from datetime import UTC, datetime
 
+import pytest
 from loopback_server import Reply, Request
 
 from futureworld.domain import OutcomeStatus
@@ -52,7 +53,7 @@ def test_cursor_paging_and_crowd_from_dollar_fields(server, client):
     assert [q.external_id for q in result.questions] == [f"KXCPI-26MAR-T{i}" for i in range(4)]
     assert [r.query.get("cursor") for r in server.requests_to(MARKETS)] == [None, "2", "4"]
     assert result.counts["skipped_not_binary"] == 1
-    assert result.questions[0].crowd_probability == 0.42  # mid of 0.40 / 0.44
+    assert result.questions[0].crowd_probability == pytest.approx(0.42)  # mid of 0.40 / 0.44
     assert result.questions[0].domain == "Economics"
 
 
