@@ -1,0 +1,464 @@
+"""ForecastBench question sets and resolution sets: parse them, and decide outcomes.
+
+Pure parsing of the upstream JSON files (no I/O, no HTTP); storing is the caller's job.
+Data: ForecastBench (Karger, Bastani, Chen, Jacobs, Halawi, Zhang, Tetlock, "ForecastBench: A
+Dynamic Benchmark of AI Forecasting Capabilities", ICLR 2025, arXiv:2409.19839), from
+github.com/forecastingresearch/forecastbench-datasets, © Forecasting Research Institute,
+licensed CC BY-SA 4.0: anything redistributed that is derived from it carries that license.
+
+Decisions:
+- Question.source is "forecastbench:<upstream source>" (e.g. "forecastbench:manifold"), so an
+  imported question never collides with the same market harvested live by its own adapter
+  (different cut-off, different crowd probability). `extra` keeps the upstream source and id.
+- Market questions (manifold, metaculus, polymarket, infer) map to one binary question each,
+  external_id = upstream id; dataset questions (acled, dbnomics, fred, wikipedia, yfinance)
+  map to one binary question per resolution date, external_id = f"{id}@{date}".
+- Combination questions (id is a list) are skipped and counted as "combination".
+- A market question of the set with no row in its resolution set is annulled: upstream drops
+  questions that resolved N/A, were cancelled, or resolved before the due date (nullified).
+  A market row with resolved = true but a value other than 0/1 is annulled too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time
+from typing import Any
+
+from futureworld.domain import OutcomeStatus, Question, QuestionKind
+
+SOURCE_PREFIX = "forecastbench:"
+MARKET_SOURCES = frozenset({"manifold", "metaculus", "polymarket", "infer"})
+DATASET_SOURCES = frozenset({"acled", "dbnomics", "fred", "wikipedia", "yfinance"})
+NOT_AVAILABLE = "N/A"
+_QUESTION_FIELDS = (
+    "id",
+    "source",
+    "question",
+    "resolution_criteria",
+    "background",
+    "market_info_close_datetime",
+    "url",
+    "freeze_datetime",
+    "freeze_datetime_value",
+    "source_intro",
+    "resolution_dates",
+)
+_RESOLUTION_FIELDS = ("id", "source", "resolution_date", "resolved_to", "resolved")
+
+
+class ForecastBenchFormatError(ValueError):
+    """A file not in the ForecastBench format; the message names the file, record and field."""
+
+
+def question_source(upstream_source: str) -> str:
+    """Question.source of an imported question: "forecastbench:<upstream source>"."""
+    return f"{SOURCE_PREFIX}{upstream_source}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuestionSetImport:
+    forecast_due_date: date
+    """The set's forecast due date; dataset questions compare against the value on this day."""
+    question_set_name: str
+    """Upstream file name, e.g. "2025-10-26-llm.json"."""
+    questions: list[Question]
+    """One per market question, one per (dataset question, resolution date); file order."""
+    skipped: Counter[str] = field(default_factory=Counter)
+    """Upstream questions not imported, by reason ("combination")."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolutionRow:
+    source: str
+    """Upstream source as written in the file (manifold, fred …), without our prefix."""
+    external_id: str
+    """Upstream question id (without the @date suffix of dataset questions)."""
+    resolution_date: date
+    value: float | None
+    """resolved_to: 0/1 when resolved, else a market probability; None where upstream has NaN."""
+    resolved: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolutionSetImport:
+    question_set_name: str
+    forecast_due_date: date
+    rows: list[ResolutionRow]
+    skipped: Counter[str] = field(default_factory=Counter)
+    """Rows not imported, by reason ("combination", "duplicate")."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolutionMatch:
+    """The outcome decided for one imported question."""
+
+    source: str
+    """Question.source ("forecastbench:<upstream>")."""
+    external_id: str
+    """Question.external_id."""
+    status: OutcomeStatus
+    value: float | None
+    """1.0 or 0.0 when resolved; None when annulled."""
+    resolved_at: datetime
+    """Resolution date at UTC midnight; for annulments, the latest date in the resolution set."""
+    raw: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    """The upstream resolution row, plus a "reason" for annulments."""
+
+
+def _load(text: str, filename: str, list_key: str) -> tuple[dict[str, Any], list[Any]]:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ForecastBenchFormatError(
+            f"{filename}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from error
+    if not isinstance(document, dict):
+        raise ForecastBenchFormatError(
+            f"{filename}: top level must be an object, got {type(document).__name__}"
+        )
+    for key in ("forecast_due_date", "question_set", list_key):
+        if key not in document:
+            raise ForecastBenchFormatError(f"{filename}: missing top-level field {key!r}")
+    records = document[list_key]
+    if not isinstance(records, list):
+        raise ForecastBenchFormatError(
+            f"{filename}: field {list_key!r} must be a list, got {type(records).__name__}"
+        )
+    if not isinstance(document["question_set"], str):
+        raise ForecastBenchFormatError(f"{filename}: field 'question_set' must be a string")
+    return document, records
+
+
+def _parse_date(value: Any, where: str, name: str) -> date:
+    if not isinstance(value, str):
+        raise ForecastBenchFormatError(
+            f"{where}: field {name!r} must be a date string, got {value!r}"
+        )
+    try:
+        return date.fromisoformat(value[:10])
+    except ValueError as error:
+        raise ForecastBenchFormatError(
+            f"{where}: field {name!r} is not a date: {value!r}"
+        ) from error
+
+
+def _parse_datetime(value: Any, where: str, name: str) -> datetime:
+    """ISO 8601 timestamps or bare dates (Polymarket); naive ones are taken as UTC."""
+    if not isinstance(value, str):
+        raise ForecastBenchFormatError(f"{where}: field {name!r} must be a string, got {value!r}")
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError as error:
+        raise ForecastBenchFormatError(
+            f"{where}: field {name!r} is not a timestamp: {value!r}"
+        ) from error
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(0, 0), tzinfo=UTC)
+
+
+def _where(filename: str, list_key: str, index: int, record: Any) -> str:
+    record_id = record.get("id") if isinstance(record, dict) else None
+    return f"{filename}: {list_key}[{index}] (id {record_id!r})"
+
+
+def _require_fields(record: Any, fields: Sequence[str], where: str) -> None:
+    if not isinstance(record, dict):
+        raise ForecastBenchFormatError(f"{where}: record must be an object")
+    for name in fields:
+        if name not in record:
+            raise ForecastBenchFormatError(f"{where}: missing field {name!r}")
+    for name in fields:
+        if name not in ("id", "resolution_dates", "resolved_to", "resolved") and not isinstance(
+            record[name], str
+        ):
+            raise ForecastBenchFormatError(
+                f"{where}: field {name!r} must be a string, got {type(record[name]).__name__}"
+            )
+
+
+def _market_question(record: dict[str, Any], where: str, shared: dict[str, Any]) -> Question:
+    raw_value = record["freeze_datetime_value"]
+    try:
+        crowd = float(raw_value)
+    except ValueError as error:
+        raise ForecastBenchFormatError(
+            f"{where}: field 'freeze_datetime_value' is not a number: {raw_value!r}"
+        ) from error
+    if not 0.0 <= crowd <= 1.0:  # also rejects NaN
+        raise ForecastBenchFormatError(
+            f"{where}: field 'freeze_datetime_value' is a market probability outside [0, 1]: "
+            f"{raw_value!r}"
+        )
+    if record["resolution_dates"] != NOT_AVAILABLE:
+        raise ForecastBenchFormatError(
+            f"{where}: field 'resolution_dates' must be 'N/A' for a market question"
+        )
+    freeze_at = _parse_datetime(record["freeze_datetime"], where, "freeze_datetime")
+    close_raw = record["market_info_close_datetime"]
+    close_at = (
+        None
+        if close_raw == NOT_AVAILABLE
+        else _parse_datetime(close_raw, where, "market_info_close_datetime")
+    )
+    criteria = record["resolution_criteria"]
+    market_criteria = record.get("market_info_resolution_criteria", NOT_AVAILABLE)
+    if isinstance(market_criteria, str) and market_criteria not in (NOT_AVAILABLE, ""):
+        criteria = f"{criteria}\n\n{market_criteria}"
+    return Question(
+        source=question_source(record["source"]),
+        external_id=record["id"],
+        title=record["question"],
+        created_at=freeze_at,
+        info_cutoff_at=freeze_at,
+        kind=QuestionKind.BINARY,
+        background=record["background"],
+        resolution_criteria=criteria,
+        url=record["url"],
+        close_at=close_at,
+        resolve_by=None,
+        crowd_probability=crowd,
+        extra={**shared, "freeze_datetime_value": raw_value},
+    )
+
+
+def _dataset_questions(
+    record: dict[str, Any], where: str, shared: dict[str, Any], due: date
+) -> list[Question]:
+    dates = record["resolution_dates"]
+    if not isinstance(dates, list) or not dates:
+        raise ForecastBenchFormatError(
+            f"{where}: field 'resolution_dates' must be a non-empty list of dates for a dataset "
+            f"question, got {dates!r}"
+        )
+    freeze_at = _parse_datetime(record["freeze_datetime"], where, "freeze_datetime")
+    questions = []
+    for raw_date in dates:
+        day = _parse_date(raw_date, where, "resolution_dates")
+
+        def fill(text: str, day: date = day) -> str:
+            return text.replace("{forecast_due_date}", due.isoformat()).replace(
+                "{resolution_date}", day.isoformat()
+            )
+
+        questions.append(
+            Question(
+                source=question_source(record["source"]),
+                external_id=f"{record['id']}@{day.isoformat()}",
+                title=fill(record["question"]),
+                created_at=freeze_at,
+                info_cutoff_at=freeze_at,
+                kind=QuestionKind.BINARY,
+                background=fill(record["background"]),
+                resolution_criteria=fill(record["resolution_criteria"]),
+                url=record["url"],
+                close_at=None,
+                resolve_by=_midnight(day),
+                crowd_probability=None,
+                extra={
+                    **shared,
+                    "resolution_date": day.isoformat(),
+                    "freeze_datetime_value": record["freeze_datetime_value"],
+                },
+            )
+        )
+    return questions
+
+
+def parse_question_set(text: str, filename: str) -> QuestionSetImport:
+    """Parse a question set file (`{forecast_due_date, question_set, questions: [...]}`)."""
+    document, records = _load(text, filename, "questions")
+    due = _parse_date(document["forecast_due_date"], filename, "forecast_due_date")
+    set_name = document["question_set"]
+    questions: list[Question] = []
+    skipped: Counter[str] = Counter()
+    for index, record in enumerate(records):
+        where = _where(filename, "questions", index, record)
+        if isinstance(record, dict) and isinstance(record.get("id"), list):
+            skipped["combination"] += 1
+            continue
+        _require_fields(record, _QUESTION_FIELDS, where)
+        source = record["source"]
+        shared = {
+            "question_set": set_name,
+            "forecast_due_date": due.isoformat(),
+            "upstream_source": source,
+            "upstream_id": record["id"],
+            "source_intro": record["source_intro"],
+            "freeze_datetime_value_explanation": record.get(
+                "freeze_datetime_value_explanation", ""
+            ),
+            "market_info_open_datetime": record.get("market_info_open_datetime", NOT_AVAILABLE),
+        }
+        if source in MARKET_SOURCES:
+            questions.append(_market_question(record, where, shared))
+        elif source in DATASET_SOURCES:
+            questions.extend(_dataset_questions(record, where, shared, due))
+        else:
+            raise ForecastBenchFormatError(f"{where}: field 'source' is unknown: {source!r}")
+    return QuestionSetImport(
+        forecast_due_date=due, question_set_name=set_name, questions=questions, skipped=skipped
+    )
+
+
+def parse_resolution_set(text: str, filename: str) -> ResolutionSetImport:
+    """Parse a resolution set file (`{forecast_due_date, question_set, resolutions: [...]}`)."""
+    document, records = _load(text, filename, "resolutions")
+    due = _parse_date(document["forecast_due_date"], filename, "forecast_due_date")
+    rows: list[ResolutionRow] = []
+    seen: dict[tuple[str, str, date], ResolutionRow] = {}
+    skipped: Counter[str] = Counter()
+    for index, record in enumerate(records):
+        where = _where(filename, "resolutions", index, record)
+        if isinstance(record, dict) and isinstance(record.get("id"), list):
+            skipped["combination"] += 1
+            continue
+        _require_fields(record, _RESOLUTION_FIELDS, where)
+        source = record["source"]
+        if source not in MARKET_SOURCES and source not in DATASET_SOURCES:
+            raise ForecastBenchFormatError(f"{where}: field 'source' is unknown: {source!r}")
+        if not isinstance(record["id"], str):
+            raise ForecastBenchFormatError(f"{where}: field 'id' must be a string")
+        if not isinstance(record["resolved"], bool):
+            raise ForecastBenchFormatError(
+                f"{where}: field 'resolved' must be true or false, got {record['resolved']!r}"
+            )
+        value = record["resolved_to"]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ForecastBenchFormatError(
+                f"{where}: field 'resolved_to' must be a number, got {value!r}"
+            )
+        value = None if math.isnan(value) else float(value)
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise ForecastBenchFormatError(
+                f"{where}: field 'resolved_to' is outside [0, 1]: {value!r}"
+            )
+        row = ResolutionRow(
+            source=source,
+            external_id=record["id"],
+            resolution_date=_parse_date(record["resolution_date"], where, "resolution_date"),
+            value=value,
+            resolved=record["resolved"],
+        )
+        key = (row.source, row.external_id, row.resolution_date)
+        if key in seen:
+            if seen[key] != row:
+                raise ForecastBenchFormatError(
+                    f"{where}: conflicting duplicate row for {row.source}/{row.external_id} "
+                    f"on {row.resolution_date}"
+                )
+            skipped["duplicate"] += 1
+            continue
+        seen[key] = row
+        rows.append(row)
+    return ResolutionSetImport(
+        question_set_name=document["question_set"],
+        forecast_due_date=due,
+        rows=rows,
+        skipped=skipped,
+    )
+
+
+def _row_dict(row: ResolutionRow) -> dict[str, Any]:
+    return {
+        "source": row.source,
+        "id": row.external_id,
+        "resolution_date": row.resolution_date.isoformat(),
+        "resolved_to": row.value,
+        "resolved": row.resolved,
+    }
+
+
+def match_resolutions(
+    questions: Sequence[Question], rows: Sequence[ResolutionRow]
+) -> list[ResolutionMatch]:
+    """Decide outcomes for imported questions from the rows of their set's resolution set.
+
+    `questions` come from `parse_question_set` (their `extra` names the upstream id and, for
+    dataset questions, the resolution date) and `rows` from the resolution set of the same
+    question set. Questions still open are absent from the result. Because a missing market
+    row means annulled, refuses row lists in which no market question of `questions` appears.
+    """
+    market_rows: dict[tuple[str, str], ResolutionRow] = {}
+    dataset_rows: dict[tuple[str, str, date], ResolutionRow] = {}
+    for row in rows:
+        if row.source in MARKET_SOURCES:
+            # the latest row of a market wins, should a set ever list one twice
+            previous = market_rows.get((row.source, row.external_id))
+            if previous is None or previous.resolution_date <= row.resolution_date:
+                market_rows[(row.source, row.external_id)] = row
+        else:
+            dataset_rows[(row.source, row.external_id, row.resolution_date)] = row
+    as_of = _midnight(max((row.resolution_date for row in rows), default=date.min))
+
+    markets = [q for q in questions if q.extra.get("upstream_source") in MARKET_SOURCES]
+    if markets and not any(
+        (q.extra["upstream_source"], q.extra["upstream_id"]) in market_rows for q in markets
+    ):
+        raise ValueError(
+            f"none of the {len(markets)} market questions has a row in the resolution set: it "
+            "is probably the resolution set of another question set; refusing to annul them all"
+        )
+
+    matches: list[ResolutionMatch] = []
+    for question in questions:
+        upstream = question.extra.get("upstream_source")
+        upstream_id = question.extra.get("upstream_id")
+        if upstream in MARKET_SOURCES:
+            row = market_rows.get((upstream, upstream_id))
+            if row is None:
+                matches.append(
+                    _annulled(question, as_of, {"reason": "no row in the resolution set"})
+                )
+            elif row.resolved and row.value in (0.0, 1.0):
+                matches.append(_resolved(question, row))
+            elif row.resolved:
+                raw = {**_row_dict(row), "reason": "resolved to a value other than 0 or 1"}
+                matches.append(_annulled(question, _midnight(row.resolution_date), raw))
+        elif upstream in DATASET_SOURCES:
+            day = date.fromisoformat(question.extra["resolution_date"])
+            row = dataset_rows.get((upstream, upstream_id, day))
+            if row is not None and row.resolved and row.value is not None:
+                if row.value not in (0.0, 1.0):
+                    raise ForecastBenchFormatError(
+                        f"resolution of {upstream}/{upstream_id} on {day}: a dataset question "
+                        f"resolves to 0 or 1, got {row.value}"
+                    )
+                matches.append(_resolved(question, row))
+        else:
+            raise ValueError(
+                f"question {question.source}/{question.external_id} was not imported from "
+                "ForecastBench (its extra has no upstream_source)"
+            )
+    return matches
+
+
+def _resolved(question: Question, row: ResolutionRow) -> ResolutionMatch:
+    return ResolutionMatch(
+        source=question.source,
+        external_id=question.external_id,
+        status=OutcomeStatus.RESOLVED,
+        value=row.value,
+        resolved_at=_midnight(row.resolution_date),
+        raw=_row_dict(row),
+    )
+
+
+def _annulled(question: Question, at: datetime, raw: dict[str, Any]) -> ResolutionMatch:
+    return ResolutionMatch(
+        source=question.source,
+        external_id=question.external_id,
+        status=OutcomeStatus.ANNULLED,
+        value=None,
+        resolved_at=at,
+        raw=raw,
+    )
