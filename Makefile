@@ -1,0 +1,43 @@
+# FutureWorld: `make demo` runs the main job, `make test` runs the tests. Both set up
+# everything themselves (venv, install, services).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+TORCH := torch==2.13.0
+TEST_ARGS ?=
+
+.PHONY: install test demo lint services clean bench
+
+install: $(STAMP)
+
+# torch is installed first and pinned (a CPU wheel); the project's own `torch>=2.4` then
+# installs nothing more. The stamp makes re-runs instant until pyproject.toml changes.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+services:
+	bash infra/postgres/ensure.sh
+
+lint: install
+	$(VENV)/bin/ruff check futureworld storage flows tests benchmarks
+	$(VENV)/bin/lint-imports
+
+test: install services
+	$(VENV)/bin/ruff check futureworld storage flows tests benchmarks
+	$(PY) -m pytest $(TEST_ARGS)
+
+demo: install
+	$(VENV)/bin/futureworld demo $(DEMO_ARGS)
+
+bench: install services
+	$(PY) benchmarks/storage_throughput.py
+	$(PY) benchmarks/agent_loop.py
+	$(PY) benchmarks/train_throughput.py
+
+clean:
+	rm -rf $(VENV) .futureworld .pytest_cache

@@ -1,0 +1,231 @@
+"""The `futureworld` command line. Every command takes `--db URL` (default: FW_DB_URL, else
+the SQLite file in FW_DATA_DIR) and applies pending migrations before it starts."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows.settings import Settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+import_app = typer.Typer(no_args_is_help=True, help="Import question sets.")
+agent_app = typer.Typer(no_args_is_help=True, help="Register and list agents.")
+app.add_typer(db_app, name="db")
+app.add_typer(import_app, name="import")
+app.add_typer(agent_app, name="agent")
+
+console = Console()
+DbOption = Annotated[
+    str | None, typer.Option("--db", help="Database URL (sqlite:///…, postgresql://…).")
+]
+
+
+def _engine(db: str | None):
+    from storage.engine import make_engine, upgrade_database
+
+    settings = Settings().with_db(db)
+    engine = make_engine(settings.database_url)
+    upgrade_database(engine)
+    return engine
+
+
+def parse_as_of(value: str | None) -> datetime | None:
+    """A date (midnight UTC) or an ISO datetime; naive values are taken as UTC."""
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Apply all migrations (Postgres or SQLite)."""
+    from storage.engine import current_revision
+
+    engine = _engine(db)
+    console.print(f"database at revision [bold]{current_revision(engine)}[/bold]")
+
+
+@import_app.command("forecastbench")
+def import_forecastbench(
+    question_set: Annotated[Path, typer.Argument(help="ForecastBench question set JSON.")],
+    resolutions: Annotated[
+        Path | None, typer.Option("--resolutions", help="Matching resolution set JSON.")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Import a ForecastBench question set (data: CC BY-SA 4.0, Forecasting Research Institute)."""
+    from flows.stages.importing import import_forecastbench as run_import
+    from futureworld.sources.forecastbench import ForecastBenchFormatError
+
+    engine = _engine(db)
+    try:
+        report = run_import(engine, question_set, resolutions)
+    except ForecastBenchFormatError as error:
+        console.print(f"[red]import failed:[/red] {error}")
+        raise typer.Exit(2) from None
+    console.print(
+        f"questions: {report.questions_inserted} new, {report.questions_existing} already stored; "
+        f"outcomes recorded: {report.outcomes_recorded} (annulled {report.annulled}); "
+        f"open: {report.still_open}"
+    )
+    for reason, count in sorted(report.skipped.items()):
+        console.print(f"skipped {count}: {reason}")
+
+
+@agent_app.command("add")
+def agent_add(
+    name: str,
+    model: Annotated[
+        str,
+        typer.Option("--model", help="Model directory, or a baseline: crowd, base-rate, uniform."),
+    ],
+    backend: Annotated[str, typer.Option(help="local | openai | baseline")] = "local",
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Register an agent; its policy version 0 is the base model."""
+    from futureworld.domain import Agent
+    from storage.engine import session_scope
+    from storage.repositories.agents import ensure_agent
+
+    if backend not in ("local", "openai", "baseline"):
+        raise typer.BadParameter(f"unknown backend {backend!r}: use local, openai or baseline")
+    if backend == "openai" and not base_url:
+        raise typer.BadParameter("--backend openai needs --base-url")
+    engine = _engine(db)
+    with session_scope(engine) as session:
+        agent = ensure_agent(
+            session, Agent(name=name, base_model=model, backend=backend, base_url=base_url)
+        )
+    console.print(f"agent [bold]{agent.name}[/bold] ({agent.backend}: {agent.base_model})")
+
+
+@agent_app.command("list")
+def agent_list(db: DbOption = None) -> None:
+    """List agents with their newest policy version."""
+    from storage.engine import session_scope
+    from storage.repositories.agents import latest_policy_version, list_agents
+
+    engine = _engine(db)
+    table = Table("agent", "backend", "model", "version")
+    with session_scope(engine) as session:
+        for agent in list_agents(session):
+            version = latest_policy_version(session, agent.id)
+            table.add_row(agent.name, agent.backend, agent.base_model, str(version.version))
+    console.print(table)
+
+
+@app.command("predict")
+def predict_command(
+    agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
+    samples: Annotated[int, typer.Option("--samples", "-G", help="Rollouts per question.")] = 1,
+    as_of: Annotated[
+        str | None, typer.Option("--as-of", help="Forecast instant (date or ISO); default now.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many questions.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Forecast every open question this agent's current policy has not forecast yet."""
+    from flows.runtime import predict_with_progress
+
+    settings = Settings().with_db(db)
+    report = predict_with_progress(
+        _engine(db), settings, agent, samples=samples, as_of=parse_as_of(as_of), limit=limit
+    )
+    console.print(
+        f"{report.agent} v{report.policy_version}: {report.questions} questions, "
+        f"{report.rollouts} rollouts persisted"
+    )
+
+
+@app.command("backfill")
+def backfill_command(db: DbOption = None) -> None:
+    """Score every rollout whose question has a new outcome revision, exactly once."""
+    from flows.stages.scoring import backfill_rewards
+
+    report = backfill_rewards(_engine(db))
+    console.print(
+        f"scored {report.rollouts_scored} rollouts: {report.rewards_inserted} rewards written, "
+        f"{report.rewards_voided} voided by annulments"
+    )
+
+
+@app.command("evaluate")
+def evaluate_command(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Reliability diagram PNG.")] = None,
+    agent: Annotated[list[str] | None, typer.Option("--agent", help="Only these agents.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Score every agent and policy version, per source and overall."""
+    from futureworld.evaluation import plot_reliability, score_forecasts
+
+    from flows.stages.scoring import forecast_records
+
+    records = forecast_records(_engine(db), agent)
+    rows = score_forecasts(records)
+    console.print(score_table(rows))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"rows": [r.as_dict() for r in rows]}, indent=2))
+        console.print(f"wrote {json_path}")
+    if plot is not None:
+        groups: dict[str, tuple[list[float], list[float]]] = {}
+        for record in records:
+            p, y = groups.setdefault(f"{record.agent} v{record.policy_version}", ([], []))
+            p.append(record.p_yes)
+            y.append(record.outcome)
+        plot_reliability(groups, plot)
+        console.print(f"wrote {plot}")
+
+
+def score_table(rows) -> Table:
+    table = Table(
+        "agent",
+        "ver",
+        "source",
+        "n",
+        "Brier",
+        "95% CI",
+        "log",
+        "acc",
+        "ECE",
+        "BI",
+        "skill/crowd",
+        "skill/base",
+    )
+    for r in rows:
+        d = r.as_dict()
+
+        def fmt(v: float | None, digits: int = 3) -> str:
+            return "—" if v is None else f"{v:.{digits}f}"
+
+        lo, hi = d["brier_ci"]
+        table.add_row(
+            d["agent"],
+            str(d["policy_version"]),
+            d["source"] or "all",
+            str(d["n"]),
+            fmt(d["brier"]),
+            f"[{fmt(lo)}, {fmt(hi)}]",
+            fmt(d["log_score"]),
+            fmt(d["accuracy"]),
+            fmt(d["ece"]),
+            fmt(d["brier_index"], 1),
+            fmt(d["brier_skill_vs_crowd"]),
+            fmt(d["brier_skill_vs_base_rate"]),
+        )
+    return table
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,51 @@
+"""Settings: the one place that reads the environment (prefix `FW_`). Built only in
+entrypoints (the CLI, flow entrypoints), never at import time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FW_", extra="ignore")
+
+    data_dir: Path = Path(".futureworld")
+    """Where the embedded database, checkpoints and reports live."""
+    db_url: str | None = None
+    """SQLAlchemy URL; default `<data_dir>/futureworld.db`; `postgresql://` uses psycopg 3."""
+    feeds: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """RSS/Atom feed URLs, comma-separated in FW_FEEDS."""
+    feeds_file: Path | None = None
+    """A file with one feed URL per line (# comments allowed)."""
+    manifold_base_url: str = "https://api.manifold.markets"
+    polymarket_base_url: str = "https://gamma-api.polymarket.com"
+    metaculus_base_url: str = "https://www.metaculus.com"
+    metaculus_token: SecretStr | None = None
+    kalshi_base_url: str = "https://api.elections.kalshi.com"
+    http_timeout_s: float = 20.0
+    http_max_retries: int = 4
+    user_agent: str = "futureworld/0.1 (+https://github.com/futureworld)"
+    device: str = "cpu"
+    """Torch device for local generation and training: cpu, cuda, cuda:1 …"""
+    worker_id: str | None = None
+    """Identifies this process in prediction claims; default: host:pid."""
+    claim_lease_s: float = 1800.0
+    """How long a predict worker's claim on a question group lives before others may take it."""
+
+    @field_validator("feeds", mode="before")
+    @classmethod
+    def _split_feeds(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{(self.data_dir / 'futureworld.db').resolve()}"
+
+    def with_db(self, db_url: str | None) -> Settings:
+        return self if db_url is None else self.model_copy(update={"db_url": db_url})
