@@ -176,7 +176,11 @@ class WorldServer:
         self.base_url = f"http://{bound_host}:{bound_port}"
         handler.routes = _WorldRoutes(world, clock, self.base_url)
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name=f"world-server-{bound_port}", daemon=True
+            # A short poll keeps close() quick; the loop is idle between requests anyway.
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"world-server-{bound_port}",
+            daemon=True,
         )
         self._thread.start()
 
