@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from loopback_server import FAST, ScriptedServer
 
 from futureworld.sources.http import SourceClient
+from tests.sources.loopback_server import FAST, ScriptedServer
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
-from loopback_server import FAST, Reply, ScriptedServer
 
 from futureworld.sources.http import HttpConfig, SourceClient, SourceError, parse_retry_after
+from tests.sources.loopback_server import FAST, Reply, ScriptedServer
 
 
 def test_server_error_then_success_is_retried(server: ScriptedServer, client: SourceClient):

@@ -1,10 +1,10 @@
 from datetime import UTC, datetime
 
 import pytest
-from loopback_server import Reply, Request
 
 from futureworld.domain import OutcomeStatus
 from futureworld.sources import kalshi
+from tests.sources.loopback_server import Reply, Request
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 MARKETS = "/trade-api/v2/markets"

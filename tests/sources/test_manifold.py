@@ -1,10 +1,9 @@
 from datetime import UTC, datetime, timedelta
 
-from loopback_server import Reply, Request, ScriptedServer
-
 from futureworld.domain import OutcomeStatus
 from futureworld.sources import manifold
 from futureworld.sources.http import SourceClient
+from tests.sources.loopback_server import Reply, Request, ScriptedServer
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 

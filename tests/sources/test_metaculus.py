@@ -1,9 +1,8 @@
 from datetime import UTC, datetime
 
-from loopback_server import Reply, Request
-
 from futureworld.domain import OutcomeStatus
 from futureworld.sources import metaculus
+from tests.sources.loopback_server import Reply, Request
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 

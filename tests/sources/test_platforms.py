@@ -1,8 +1,7 @@
 import inspect
 
-from loopback_server import Reply
-
 from futureworld.sources.platforms import SOURCES, SourceName
+from tests.sources.loopback_server import Reply
 
 
 def test_registry_has_exactly_one_adapter_per_source_name():

@@ -1,10 +1,9 @@
 import json
 from datetime import UTC, datetime, timedelta
 
-from loopback_server import Reply, Request
-
 from futureworld.domain import OutcomeStatus
 from futureworld.sources import polymarket
+from tests.sources.loopback_server import Reply, Request
 
 NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
