@@ -1,0 +1,277 @@
+"""Evaluation: score groups of resolved binary forecasts, tabulate them, and plot them.
+
+Owns per-group metric rows (Brier, log score, accuracy, ECE, skill vs crowd and base rate,
+Brier Index, bootstrap CI), the markdown score table, reliability diagrams and per-round line
+plots. The formulas live in `futureworld.scoring`; loading forecasts is the caller's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from futureworld import scoring
+
+GROUP_KEYS = ("agent", "policy_version", "source", "domain", "round")
+"""Fields a score table can be grouped by."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForecastRecord:
+    """One resolved binary forecast with its references."""
+
+    agent: str
+    policy_version: int | None
+    """None for agents without versions (baselines)."""
+    source: str
+    domain: str
+    p_yes: float
+    y: float
+    """The outcome, 1.0 or 0.0."""
+    crowd_p: float | None = None
+    """Crowd / market P(yes) at the question's cut-off, when the source has one."""
+    base_rate_p: float | None = None
+    """A base-rate forecast for the question (e.g. the YES share of its source so far)."""
+    round: int | None = None
+    """Evaluation round (simulated day, training round), for per-round curves."""
+    as_of: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("p_yes", "crowd_p", "base_rate_p"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"forecast of {self.agent}: {name} {value} is outside [0, 1]")
+        if self.y not in (0.0, 1.0):
+            raise ValueError(f"forecast of {self.agent}: outcome y must be 0 or 1, got {self.y}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoreRow:
+    """Metrics of one group of forecasts; a None group field means "all values"."""
+
+    agent: str | None
+    policy_version: int | None
+    source: str | None
+    n: int
+    brier: float
+    """Lower is better."""
+    log_score: float
+    """Mean clipped log-likelihood; higher is better (≤ 0)."""
+    accuracy: float
+    ece: float
+    brier_ci: tuple[float, float] | None
+    """Percentile bootstrap interval of the Brier score; None when n_bootstrap = 0."""
+    brier_skill_vs_crowd: float | None
+    """1 − Brier/Brier_crowd over the forecasts that have a crowd p; None if none do."""
+    brier_skill_vs_base_rate: float | None
+    brier_index: float
+    """100 · (1 − √Brier)."""
+    domain: str | None = None
+    round: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; `domain` and `round` appear only when the table is grouped by them."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["brier_ci"] = list(self.brier_ci) if self.brier_ci is not None else None
+        for optional in ("domain", "round"):
+            if out[optional] is None:
+                del out[optional]
+        return out
+
+
+def _skill(p: np.ndarray, y: np.ndarray, reference: list[float | None]) -> float | None:
+    has = np.array([r is not None for r in reference], dtype=bool)
+    if not has.any():
+        return None
+    ref = np.array([r for r in reference if r is not None], dtype=np.float64)
+    reference_brier = scoring.brier(ref, y[has])
+    if reference_brier == 0.0:
+        return None  # a perfect reference leaves no skill to measure
+    return scoring.brier_skill(scoring.brier(p[has], y[has]), reference_brier)
+
+
+def score_group(
+    records: Sequence[ForecastRecord], *, n_bootstrap: int = 1000, seed: int = 0
+) -> dict[str, Any]:
+    """All metrics of one group of forecasts (n ≥ 1), as ScoreRow fields."""
+    p = np.array([r.p_yes for r in records], dtype=np.float64)
+    y = np.array([r.y for r in records], dtype=np.float64)
+    brier = scoring.brier(p, y)
+    ci = (
+        scoring.bootstrap_ci((p - y) ** 2, np.mean, n_resamples=n_bootstrap, seed=seed)
+        if n_bootstrap > 0
+        else None
+    )
+    return {
+        "n": len(records),
+        "brier": brier,
+        "log_score": scoring.log_score(p, y),
+        "accuracy": scoring.accuracy(p, y),
+        "ece": scoring.expected_calibration_error(p, y),
+        "brier_ci": ci,
+        "brier_skill_vs_crowd": _skill(p, y, [r.crowd_p for r in records]),
+        "brier_skill_vs_base_rate": _skill(p, y, [r.base_rate_p for r in records]),
+        "brier_index": scoring.brier_index(brier),
+    }
+
+
+def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    # None ("all") sorts after the concrete values of its column
+    return tuple((v is None, "" if v is None else v) for v in key)
+
+
+def score_forecasts(
+    records: Iterable[ForecastRecord],
+    *,
+    by: Sequence[str] = ("agent", "policy_version", "source"),
+    include_overall: bool = True,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> list[ScoreRow]:
+    """One ScoreRow per group of `by`; with include_overall (and "source" in `by`), also a row
+    with source=None pooling every source of the group's other keys. Sorted by group key."""
+    unknown = [key for key in by if key not in GROUP_KEYS]
+    if unknown:
+        raise ValueError(f"cannot group forecasts by {unknown}; choose from {GROUP_KEYS}")
+    groups: dict[tuple[Any, ...], list[ForecastRecord]] = {}
+    for record in records:
+        values = {key: getattr(record, key) for key in by}
+        full = tuple(values.get(key) for key in GROUP_KEYS)
+        groups.setdefault(full, []).append(record)
+        if include_overall and "source" in by:
+            pooled = tuple(None if key == "source" else values.get(key) for key in GROUP_KEYS)
+            groups.setdefault(pooled, []).append(record)
+    rows = []
+    for key in sorted(groups, key=_sort_key):
+        named = dict(zip(GROUP_KEYS, key, strict=True))
+        metrics = score_group(groups[key], n_bootstrap=n_bootstrap, seed=seed)
+        rows.append(ScoreRow(**named, **metrics))
+    return rows
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, tuple):
+        return f"[{value[0]:.3f}, {value[1]:.3f}]"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def score_table_markdown(rows: Sequence[ScoreRow]) -> str:
+    """A markdown table of score rows ("all" where a group field pools every value)."""
+    group_cols = ["agent", "policy_version", "source"]
+    group_cols += [c for c in ("domain", "round") if any(getattr(r, c) is not None for r in rows)]
+    metric_cols = [
+        "n",
+        "brier",
+        "brier_ci",
+        "log_score",
+        "accuracy",
+        "ece",
+        "brier_skill_vs_crowd",
+        "brier_skill_vs_base_rate",
+        "brier_index",
+    ]
+    lines = [
+        "| " + " | ".join(group_cols + metric_cols) + " |",
+        "|" + "---|" * len(group_cols) + "---:|" * len(metric_cols),
+    ]
+    for row in rows:
+        cells = ["all" if getattr(row, c) is None else str(getattr(row, c)) for c in group_cols]
+        cells += [_cell(getattr(row, c)) for c in metric_cols]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def metric_by_round(
+    rows: Sequence[ScoreRow], metric: str, *, label_by: Sequence[str] = ("agent",)
+) -> dict[str, list[tuple[int, float]]]:
+    """Series {label: [(round, value), …]} from rows scored with "round" in `by`."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        value = getattr(row, metric)
+        if row.round is None or value is None:
+            continue
+        label = " ".join(str(getattr(row, key)) for key in label_by)
+        series.setdefault(label, []).append((row.round, float(value)))
+    return {label: sorted(points) for label, points in series.items()}
+
+
+def _agg_figure(figsize: tuple[float, float]) -> Any:
+    """A Figure on the Agg canvas: no pyplot global state, safe in worker threads and headless."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def plot_reliability(
+    groups: Mapping[str, tuple[ArrayLike, ArrayLike]],
+    path: str | Path,
+    *,
+    bins: int = 10,
+    title: str = "Reliability",
+) -> Path:
+    """Write a reliability diagram PNG: observed YES frequency against mean forecast per bin,
+    one line per group (labelled with its ECE), the diagonal, and a forecast histogram."""
+    fig = _agg_figure(figsize=(6, 7))
+    ax, hist = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    out = Path(path)
+    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="perfect")
+    for label, (p, y) in groups.items():
+        rel = scoring.reliability_bins(p, y, bins)
+        ece = scoring.expected_calibration_error(p, y, bins)
+        filled = rel.counts > 0
+        ax.plot(
+            rel.mean_predicted[filled],
+            rel.observed_frequency[filled],
+            marker="o",
+            label=f"{label} (ECE {ece:.3f}, n={int(rel.counts.sum())})",
+        )
+        hist.hist(np.asarray(p, dtype=np.float64), bins=rel.edges, alpha=0.5, label=label)
+    ax.set(xlim=(0, 1), ylim=(0, 1), ylabel="observed YES frequency", title=title)
+    ax.legend(loc="upper left", fontsize="small")
+    hist.set(xlabel="forecast P(yes)", ylabel="forecasts")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=100)
+    return out
+
+
+def plot_metric_by_round(
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    path: str | Path,
+    *,
+    metric: str,
+    title: str | None = None,
+    xlabel: str = "round",
+) -> Path:
+    """Write a PNG line plot of a metric per round, one line per label.
+
+    series: {label: [(round, value), …]} (see `metric_by_round`); also fits training curves
+    ({"loss": [(step, loss), …]}).
+    """
+    fig = _agg_figure(figsize=(7, 4))
+    ax = fig.subplots()
+    out = Path(path)
+    for label, points in series.items():
+        ordered = sorted(points)
+        ax.plot([x for x, _ in ordered], [v for _, v in ordered], marker="o", label=label)
+    ax.set(xlabel=xlabel, ylabel=metric, title=title or f"{metric} by {xlabel}")
+    ax.grid(alpha=0.3)
+    if series:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=100)
+    return out
