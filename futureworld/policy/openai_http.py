@@ -1,0 +1,196 @@
+"""Backend for a vLLM OpenAI-compatible server: prompts go out as token ids, token ids
+and behaviour log-probs come back. Retries with backoff on connection errors and 5xx.
+
+The server must run with `--logprobs-mode processed_logprobs` so returned log-probs are
+taken after temperature (infra/vllm/serve.sh does). A LoRA adapter is selected by
+passing its served name as `model`; `load_adapter` registers a new one at runtime.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from futureworld.policy.base import FinishReason, Generation, SamplingParams
+
+
+class BackendError(RuntimeError):
+    """The server could not produce a generation (after retries, or a 4xx)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HttpBackendConfig:
+    """Where the server is and how patiently to talk to it."""
+
+    base_url: str
+    """Server root, e.g. http://127.0.0.1:8000 (without /v1)."""
+    model: str
+    """Served model name, or the name of a loaded LoRA adapter to sample from it."""
+    timeout_s: float = 300.0
+    """Per-request timeout (connect, read, write)."""
+    max_retries: int = 3
+    """Extra attempts after a connection error, timeout or 5xx; 4xx is never retried."""
+    backoff_s: float = 0.5
+    """Wait before retry k is backoff_s · 2^k."""
+    max_concurrency: int = 32
+    """Requests in flight at once; the server batches them itself."""
+    api_key: str | None = None
+    """Sent as a bearer token when set."""
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL, got {self.base_url!r}")
+        if self.timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0:
+            raise ValueError(
+                f"invalid timeout_s={self.timeout_s} max_retries={self.max_retries} "
+                f"backoff_s={self.backoff_s}"
+            )
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+
+
+class OpenAIHttpBackend:
+    """`PolicyBackend` over POST /v1/completions, one request per prompt."""
+
+    def __init__(self, config: HttpBackendConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+        self.config = config
+        self._tokenizer = tokenizer
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        self._client = httpx.Client(
+            base_url=config.base_url,
+            timeout=config.timeout_s,
+            headers=headers,
+            limits=httpx.Limits(max_connections=config.max_concurrency),
+        )
+
+    @classmethod
+    def from_tokenizer_dir(
+        cls, tokenizer_dir: Path, *, base_url: str, model: str, **options: Any
+    ) -> OpenAIHttpBackend:
+        """Load the served model's tokenizer from a local directory, offline."""
+        tokenizer = AutoTokenizer.from_pretrained(Path(tokenizer_dir), local_files_only=True)
+        return cls(HttpBackendConfig(base_url=base_url, model=model, **options), tokenizer)
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return self._tokenizer
+
+    def describe(self) -> str:
+        return f"openai:{self.config.base_url}/{self.config.model}"
+
+    def with_model(self, model: str) -> OpenAIHttpBackend:
+        """The same server and tokenizer, sampling from another served model or adapter."""
+        return OpenAIHttpBackend(replace(self.config, model=model), self._tokenizer)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[Generation]:
+        """One request per prompt, in parallel: a batched request would share one seed,
+        and the G identical prompts of a group would then sample identical rollouts."""
+        if not prompts:
+            return []
+        payloads = [
+            self._payload(prompt, params, None if params.seed is None else params.seed + i)
+            for i, prompt in enumerate(prompts)
+        ]
+        workers = min(self.config.max_concurrency, len(payloads))
+        if workers == 1:
+            return [self._complete(payloads[0])]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(self._complete, payloads))
+
+    def load_adapter(self, name: str, path: Path | str) -> None:
+        """Register a LoRA adapter directory (as seen by the server) under `name`.
+
+        Needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True on the server. Sample from it with
+        `with_model(name)`.
+        """
+        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+
+    def unload_adapter(self, name: str) -> None:
+        self._post("/v1/unload_lora_adapter", {"lora_name": name})
+
+    def _payload(
+        self, prompt: Sequence[int], params: SamplingParams, seed: int | None
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.config.model,
+            "prompt": [int(t) for t in prompt],
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": -1,
+            "n": 1,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+            "include_stop_str_in_output": True,
+        }
+        if params.stop:
+            payload["stop"] = list(params.stop)
+        if seed is not None:
+            payload["seed"] = seed
+        return payload
+
+    def _complete(self, payload: dict[str, Any]) -> Generation:
+        body = self._post("/v1/completions", payload)
+        try:
+            choice = body["choices"][0]
+            return _generation_from_choice(choice)
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            raise BackendError(
+                f"{self.describe()}: unexpected completion response ({error!r}): {str(body)[:500]}"
+            ) from error
+
+    def _post(self, path: str, payload: dict[str, Any]) -> Any:
+        last_error = ""
+        for attempt in range(self.config.max_retries + 1):
+            if attempt:
+                time.sleep(self.config.backoff_s * 2 ** (attempt - 1))
+            try:
+                response = self._client.post(path, json=payload)
+            except httpx.TransportError as error:  # Connection refused/reset, timeouts.
+                last_error = f"{type(error).__name__}: {error}"
+                continue
+            if response.status_code >= 500:
+                last_error = f"HTTP {response.status_code}: {response.text[:300]}"
+                continue
+            if response.status_code >= 400:
+                raise BackendError(
+                    f"{self.describe()}: POST {path} rejected with HTTP "
+                    f"{response.status_code}: {response.text[:500]}"
+                )
+            return response.json() if response.content else None
+        raise BackendError(
+            f"{self.describe()}: POST {path} failed after "
+            f"{self.config.max_retries + 1} attempts; last error: {last_error}"
+        )
+
+
+def _generation_from_choice(choice: dict[str, Any]) -> Generation:
+    """Token ids from `token_ids` (vLLM ≥ 0.10) or from "token_id:N" logprob tokens."""
+    logprobs = choice["logprobs"]
+    token_logprobs = [float(x) for x in logprobs["token_logprobs"]]
+    token_ids = choice.get("token_ids")
+    if token_ids is None:
+        token_ids = [int(t.removeprefix("token_id:")) for t in logprobs["tokens"]]
+    finish = FinishReason(choice["finish_reason"])
+    stop_reason = choice.get("stop_reason")
+    return Generation(
+        token_ids=tuple(int(t) for t in token_ids),
+        logprobs=tuple(token_logprobs),
+        finish_reason=finish,
+        stop_string=stop_reason if isinstance(stop_reason, str) else None,
+    )

@@ -1,0 +1,110 @@
+"""A loopback server with the shape of vLLM's OpenAI-compatible API, the tiny model behind it.
+
+It answers POST /v1/completions (token-id prompts, logprobs, "token_id:N" tokens,
+`token_ids`), /v1/load_lora_adapter and /v1/unload_lora_adapter, and can be told to fail
+the next requests with a 500 or to stall them, to exercise the client's retries.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from futureworld.policy.base import SamplingParams
+from futureworld.policy.local import LocalBackend
+
+
+@dataclass
+class ServerState:
+    backend: LocalBackend
+    served_name: str = "tiny"
+    faults: list[str] = field(default_factory=list)
+    """Consumed one per request: "500" answers HTTP 500, "stall" sleeps `stall_s` first."""
+    stall_s: float = 2.0
+    return_token_ids: bool = True
+    """False mimics a vLLM without `return_token_ids`: ids only as "token_id:N" strings."""
+    requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    adapters: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with state.lock:
+                state.requests.append((self.path, body))
+                fault = state.faults.pop(0) if state.faults else None
+            if fault == "500":
+                return self._send(500, {"error": "engine hiccup"})
+            if fault == "stall":
+                time.sleep(state.stall_s)
+            if self.path == "/v1/load_lora_adapter":
+                state.adapters[body["lora_name"]] = body["lora_path"]
+                return self._send(200, None)
+            if self.path == "/v1/unload_lora_adapter":
+                state.adapters.pop(body["lora_name"], None)
+                return self._send(200, None)
+            if self.path != "/v1/completions":
+                return self._send(404, {"error": f"no route {self.path}"})
+            if body["model"] not in {state.served_name, *state.adapters}:
+                return self._send(404, {"error": f"model {body['model']} does not exist"})
+            return self._send(200, self._complete(body))
+
+        def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
+            params = SamplingParams(
+                temperature=body["temperature"],
+                top_p=body["top_p"],
+                max_new_tokens=body["max_tokens"],
+                seed=body.get("seed"),
+                stop=tuple(body.get("stop") or ()),
+            )
+            generation = state.backend.generate([body["prompt"]], params)[0]
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": state.backend.tokenizer.decode(generation.token_ids),
+                "logprobs": {
+                    "tokens": [f"token_id:{t}" for t in generation.token_ids],
+                    "token_logprobs": list(generation.logprobs),
+                    "top_logprobs": [],
+                    "text_offset": [],
+                },
+                "finish_reason": str(generation.finish_reason),
+                "stop_reason": generation.stop_string,
+            }
+            if state.return_token_ids and body.get("return_token_ids"):
+                choice["token_ids"] = list(generation.token_ids)
+            return {"id": "cmpl-1", "object": "text_completion", "choices": [choice]}
+
+        def _send(self, status: int, payload: Any) -> None:
+            data = b"" if payload is None else json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+@contextmanager
+def serve_completions(state: ServerState) -> Iterator[str]:
+    """Run the server on a free loopback port; yield its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+
+from futureworld.policy.base import FinishReason, Generation, PolicyBackend, SamplingParams
+from futureworld.policy.local import LocalBackend
+
+
+def _prompts(backend: LocalBackend) -> list[list[int]]:
+    encode = backend.tokenizer.encode
+    return [
+        encode("Question: Will the central bank raise interest rates?", add_special_tokens=False),
+        encode("Hi", add_special_tokens=False),
+        encode("Prices of oil fell sharply on Monday while the dollar", add_special_tokens=False),
+    ]
+
+
+def _replay_logprobs(
+    model: torch.nn.Module, prompt: list[int], generation: Generation, temperature: float
+) -> torch.Tensor:
+    """log softmax(logits / T) of the generated tokens, from one unpadded forward pass."""
+    ids = torch.tensor([prompt + list(generation.token_ids)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return logp.gather(1, torch.tensor(generation.token_ids)[:, None]).squeeze(1)
+
+
+def test_local_backend_satisfies_the_protocol(tiny_backend: LocalBackend):
+    assert isinstance(tiny_backend, PolicyBackend)
+    assert tiny_backend.describe().startswith("local:")
+
+
+def test_batched_left_padded_logprobs_match_an_unpadded_replay(tiny_backend: LocalBackend):
+    prompts = _prompts(tiny_backend)
+    params = SamplingParams(temperature=0.7, max_new_tokens=24, seed=11)
+    generations = tiny_backend.generate(prompts, params)
+    for prompt, generation in zip(prompts, generations, strict=True):
+        assert len(generation.token_ids) == len(generation.logprobs) > 0
+        replay = _replay_logprobs(tiny_backend.model, prompt, generation, 0.7)
+        assert torch.allclose(replay, torch.tensor(generation.logprobs), atol=1e-4)
+
+
+def test_same_seed_reproduces_and_other_seed_differs(tiny_backend: LocalBackend):
+    prompts = _prompts(tiny_backend)
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=5)
+    first = tiny_backend.generate(prompts, params)
+    again = tiny_backend.generate(prompts, params)
+    other = tiny_backend.generate(
+        prompts, SamplingParams(temperature=1.0, max_new_tokens=16, seed=6)
+    )
+    assert first == again
+    assert [g.token_ids for g in first] != [g.token_ids for g in other]
+
+
+def test_generation_stops_right_after_a_stop_string(tiny_backend: LocalBackend):
+    tokenizer = tiny_backend.tokenizer
+    prompts = _prompts(tiny_backend) * 3
+    # Very common characters as stop strings, so most rows hit one.
+    params = SamplingParams(temperature=1.0, max_new_tokens=40, seed=1, stop=("e", "a"))
+    generations = tiny_backend.generate(prompts, params)
+    stopped = [g for g in generations if g.stop_string is not None]
+    assert stopped
+    for generation in stopped:
+        assert generation.finish_reason is FinishReason.STOP
+        text = tokenizer.decode(generation.token_ids)
+        before = tokenizer.decode(generation.token_ids[:-1])
+        assert generation.stop_string in text and "e" not in before and "a" not in before
+    for generation in generations:
+        if generation.finish_reason is FinishReason.LENGTH:
+            assert len(generation.token_ids) == 40
+
+
+def test_top_p_logprobs_are_of_the_renormalised_nucleus(tiny_backend: LocalBackend):
+    prompts = _prompts(tiny_backend)
+    full = SamplingParams(temperature=1.0, max_new_tokens=12, seed=2)
+    nucleus = SamplingParams(temperature=1.0, top_p=0.5, max_new_tokens=12, seed=2)
+    for prompt, generation in zip(prompts, tiny_backend.generate(prompts, nucleus), strict=True):
+        unrestricted = _replay_logprobs(tiny_backend.model, prompt, generation, 1.0)
+        # Renormalising over a nucleus of mass >= 0.5 raises log-probs by at most log 2.
+        gain = torch.tensor(generation.logprobs) - unrestricted
+        assert (gain >= -1e-5).all() and (gain <= torch.log(torch.tensor(2.0)) + 1e-5).all()
+    assert tiny_backend.generate(prompts, full) != tiny_backend.generate(prompts, nucleus)
+
+
+def test_adapter_is_loaded_and_merged(tiny_model_dir: Path, tmp_path: Path):
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, local_files_only=True)
+    peft_model = get_peft_model(
+        base,
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False),
+    )
+    peft_model.save_pretrained(tmp_path / "adapter")
+    plain = LocalBackend.from_pretrained(tiny_model_dir)
+    adapted = LocalBackend.from_pretrained(tiny_model_dir, adapter_dir=tmp_path / "adapter")
+    assert adapted.describe().endswith("+adapter")
+    ids = torch.tensor([_prompts(plain)[0]])
+    with torch.no_grad():
+        expected = peft_model(input_ids=ids).logits
+        assert torch.allclose(adapted.model(input_ids=ids).logits, expected, atol=1e-4)
+        assert not torch.allclose(plain.model(input_ids=ids).logits, expected, atol=1e-3)
+
+
+def test_missing_model_or_adapter_directory_is_a_clear_error(tiny_model_dir: Path, tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match=r"no config\.json"):
+        LocalBackend.from_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="not a peft adapter"):
+        LocalBackend.from_pretrained(tiny_model_dir, adapter_dir=tmp_path)
+
+
+def test_sampling_params_reject_bad_values():
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=1.5)
+    with pytest.raises(ValueError, match="stop"):
+        SamplingParams(stop="</search>")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="logprobs"):
+        Generation(token_ids=(1, 2), logprobs=(0.0,), finish_reason=FinishReason.STOP)

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from futureworld.policy.base import PolicyBackend, SamplingParams
+from futureworld.policy.local import LocalBackend
+from futureworld.policy.openai_http import BackendError, OpenAIHttpBackend
+from tests.policy.completions_server import ServerState, serve_completions
+
+PARAMS = SamplingParams(temperature=0.9, max_new_tokens=20, seed=40, stop=("</search>",))
+
+
+def _prompts(backend: LocalBackend) -> list[list[int]]:
+    encode = backend.tokenizer.encode
+    return [
+        encode("Question: rates?", add_special_tokens=False),
+        encode("Hi", add_special_tokens=False),
+    ]
+
+
+def _client(url: str, model_dir: Path, **options: object) -> OpenAIHttpBackend:
+    return OpenAIHttpBackend.from_tokenizer_dir(model_dir, base_url=url, model="tiny", **options)
+
+
+@pytest.mark.parametrize("return_token_ids", [True, False])
+def test_http_backend_returns_the_servers_tokens_and_logprobs(
+    tiny_backend: LocalBackend, tiny_model_dir: Path, return_token_ids: bool
+):
+    state = ServerState(backend=tiny_backend, return_token_ids=return_token_ids)
+    prompts = _prompts(tiny_backend)
+    with serve_completions(state) as url:
+        client = _client(url, tiny_model_dir)
+        assert isinstance(client, PolicyBackend)
+        generations = client.generate(prompts, PARAMS)
+        client.close()
+    # Prompt i is sent with seed + i, so the G identical prompts of a group differ.
+    expected = [
+        tiny_backend.generate([p], replace(PARAMS, seed=PARAMS.seed + i))[0]
+        for i, p in enumerate(prompts)
+    ]
+    assert generations == expected
+    sent = [body for path, body in state.requests if path == "/v1/completions"]
+    assert sorted(body["prompt"] for body in sent) == sorted(prompts)
+    for body in sent:
+        assert body["return_tokens_as_token_ids"] is True
+        assert body["skip_special_tokens"] is False and body["include_stop_str_in_output"] is True
+        assert body["logprobs"] == 1 and body["stop"] == ["</search>"]
+
+
+def test_identical_prompts_get_distinct_seeds(tiny_backend: LocalBackend, tiny_model_dir: Path):
+    state = ServerState(backend=tiny_backend)
+    prompt = _prompts(tiny_backend)[0]
+    with serve_completions(state) as url:
+        generations = _client(url, tiny_model_dir).generate([prompt] * 4, PARAMS)
+    assert sorted(body["seed"] for _, body in state.requests) == [40, 41, 42, 43]
+    assert len({g.token_ids for g in generations}) > 1
+
+
+def test_a_500_is_retried_then_succeeds(tiny_backend: LocalBackend, tiny_model_dir: Path):
+    state = ServerState(backend=tiny_backend, faults=["500"])
+    prompt = _prompts(tiny_backend)[0]
+    with serve_completions(state) as url:
+        generation = _client(url, tiny_model_dir, backoff_s=0.01).generate([prompt], PARAMS)[0]
+    assert len(state.requests) == 2
+    assert generation == tiny_backend.generate([prompt], PARAMS)[0]
+
+
+def test_a_stalled_server_times_out_and_fails_after_retries(
+    tiny_backend: LocalBackend, tiny_model_dir: Path
+):
+    state = ServerState(backend=tiny_backend, faults=["stall", "stall"], stall_s=1.5)
+    with serve_completions(state) as url:
+        client = _client(url, tiny_model_dir, timeout_s=0.2, max_retries=1, backoff_s=0.0)
+        started = time.perf_counter()
+        with pytest.raises(BackendError, match=r"after 2 attempts.*Timeout"):
+            client.generate([_prompts(tiny_backend)[0]], PARAMS)
+        assert time.perf_counter() - started < 1.4
+    assert len(state.requests) == 2
+
+
+def test_a_client_error_is_not_retried(tiny_backend: LocalBackend, tiny_model_dir: Path):
+    state = ServerState(backend=tiny_backend)
+    with serve_completions(state) as url:
+        client = _client(url, tiny_model_dir).with_model("no-such-adapter")
+        with pytest.raises(BackendError, match=r"HTTP 404.*no-such-adapter"):
+            client.generate([_prompts(tiny_backend)[0]], PARAMS)
+    assert len(state.requests) == 1
+
+
+def test_load_adapter_registers_it_and_selects_it_by_model_name(
+    tiny_backend: LocalBackend, tiny_model_dir: Path
+):
+    state = ServerState(backend=tiny_backend)
+    with serve_completions(state) as url:
+        client = _client(url, tiny_model_dir)
+        client.load_adapter("policy-v3", "/checkpoints/v3")
+        adapter_client = client.with_model("policy-v3")
+        adapter_client.generate([_prompts(tiny_backend)[0]], PARAMS)
+        client.unload_adapter("policy-v3")
+    assert state.requests[0] == (
+        "/v1/load_lora_adapter",
+        {"lora_name": "policy-v3", "lora_path": "/checkpoints/v3"},
+    )
+    assert state.requests[1][1]["model"] == "policy-v3"
+    assert adapter_client.describe().endswith("/policy-v3")
+    assert state.adapters == {}
+
+
+def test_connection_refused_is_a_clear_error(tiny_model_dir: Path):
+    client = _client("http://127.0.0.1:9", tiny_model_dir, max_retries=1, backoff_s=0.0)
+    with pytest.raises(BackendError, match="ConnectError"):
+        client.generate([[1, 2, 3]], PARAMS)
