@@ -187,7 +187,11 @@ def token_logprobs(
     Non-generated positions hold 0.
     """
     backbone, head = _backbone_and_head(model)
-    hidden = backbone(input_ids=row.input_ids, position_ids=row.position_ids).last_hidden_state
+    # no KV cache: transformers only derives the per-rollout attention blocks from restarting
+    # position ids when there is no cache (otherwise attention would cross rollouts)
+    hidden = backbone(
+        input_ids=row.input_ids, position_ids=row.position_ids, use_cache=False
+    ).last_hidden_state
     positions = row.mask[0].nonzero().squeeze(-1)
     h = hidden[0, positions]
     targets = row.target_ids[0, positions]

@@ -1,0 +1,222 @@
+"""Advantage estimators: hand-computed cases and slow loop references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from futureworld.domain import Turn
+from futureworld.rl.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    compute_advantages,
+    siop_consensus,
+)
+from futureworld.rl.config import Estimator, TrainConfig
+from tests.rl.rl_builders import make_rollout
+
+
+def _group(rewards, *, question_id=1, mask=(1, 0, 1), p_yes=None, outcome_value=1.0):
+    p_yes = p_yes or [0.5] * len(rewards)
+    return [
+        make_rollout(
+            question_id=question_id,
+            sample_index=i,
+            reward=r,
+            completion=tuple(range(len(mask))),
+            mask=mask,
+            p_yes=p,
+            outcome_value=outcome_value,
+        )
+        for i, (r, p) in enumerate(zip(rewards, p_yes, strict=True))
+    ]
+
+
+def _advantages(rollouts, estimator, **config):
+    return compute_advantages(rollouts, TrainConfig(estimator=estimator, **config))
+
+
+def test_registry_covers_every_estimator():
+    assert set(ADVANTAGE_ESTIMATORS) == set(Estimator)
+
+
+def test_dr_grpo_subtracts_the_group_mean_on_generated_tokens_only():
+    out = _advantages(_group([-0.04, -0.36, -0.16]), Estimator.DR_GRPO)
+    expected = [0.14666667, -0.17333333, 0.02666667]
+    for adv, a in zip(out.token_advantages, expected, strict=True):
+        np.testing.assert_allclose(adv, [a, 0.0, a], rtol=1e-6)
+        assert adv.dtype == np.float32
+
+
+def test_grpo_divides_by_the_group_std():
+    out = _advantages(_group([0.0, 1.0]), Estimator.GRPO)
+    np.testing.assert_allclose([a[0] for a in out.token_advantages], [-1.0, 1.0], rtol=1e-5)
+
+
+def test_grpo_group_of_equal_rewards_gets_zero_advantage():
+    out = _advantages(_group([-0.25, -0.25, -0.25]), Estimator.GRPO)
+    assert all(np.all(a == 0) for a in out.token_advantages)
+
+
+def test_rloo_uses_the_mean_of_the_other_rollouts():
+    out = _advantages(_group([1.0, 2.0, 3.0]), Estimator.RLOO)
+    np.testing.assert_allclose([a[0] for a in out.token_advantages], [-1.5, 0.0, 1.5])
+
+
+def test_forecast_info_gain_credits_each_turn_against_the_belief_before_it():
+    turns = (
+        Turn(index=0, role="assistant", text="", token_start=0, token_end=2, belief=0.8),
+        Turn(index=1, role="tool", text="", token_start=2, token_end=3),
+        Turn(index=2, role="assistant", text="", token_start=3, token_end=5),
+    )
+    a = make_rollout(
+        sample_index=0, reward=-0.01, completion=(1, 2, 3, 4, 5), mask=(1, 1, 0, 1, 1), turns=turns
+    )
+    b = make_rollout(sample_index=1, reward=-0.25, completion=(1, 2), mask=(1, 1))
+    out = _advantages([a, b], Estimator.FORECAST_INFO_GAIN, info_gain_lambda=0.5)
+    # A_a = 0.12; turn 0: 0.5·(−0.01 + (0.5 − 1)²) = 0.12; turn 2: 0.5·(−0.01 + (0.8 − 1)²) = 0.015
+    np.testing.assert_allclose(out.token_advantages[0], [0.24, 0.24, 0.0, 0.135, 0.135], atol=1e-6)
+    # b has no turns: the dr_grpo part only
+    np.testing.assert_allclose(out.token_advantages[1], [-0.12, -0.12], atol=1e-6)
+
+
+def test_forecast_info_gain_skips_groups_without_an_outcome():
+    out = _advantages(_group([0.0, -1.0], outcome_value=None), Estimator.FORECAST_INFO_GAIN)
+    assert (out.groups_used, out.groups_skipped, out.rollouts) == (0, 1, ())
+
+
+def test_siop_consensus_down_weights_the_outlier():
+    # others' means 0.75, 0.7, 0.65 → weights 0.85, 1.0, 0.85 → ŷ = 1.89 / 2.7
+    assert siop_consensus(np.array([0.6, 0.7, 0.8])) == pytest.approx(0.7)
+    assert siop_consensus(np.array([0.1, 0.1, 0.9])) < np.mean([0.1, 0.1, 0.9])
+
+
+def test_siop_rewards_agreement_with_the_consensus_before_resolution():
+    rollouts = _group([9.0, 9.0, 9.0, 9.0], p_yes=[0.6, 0.7, 0.8, None], outcome_value=None)
+    rollouts[3] = make_rollout(
+        sample_index=3,
+        reward=9.0,
+        completion=(0, 1, 2),
+        mask=(1, 0, 1),
+        p_yes=None,
+        outcome_value=None,
+    )
+    out = _advantages(rollouts, Estimator.SIOP)
+    # ŷ over the parsed three = 0.7; R = −0.01, 0, −0.01, −1.25; mean = −0.3175
+    expected = np.array([-0.01, 0.0, -0.01, -1.25]) + 0.3175
+    np.testing.assert_allclose([a[0] for a in out.token_advantages], expected, atol=1e-6)
+
+
+def test_siop_uses_real_rewards_once_the_outcome_is_known():
+    real = _advantages(_group([-0.04, -0.36]), Estimator.SIOP)
+    np.testing.assert_allclose([a[0] for a in real.token_advantages], [0.16, -0.16], atol=1e-6)
+
+
+def test_groups_with_fewer_than_two_rollouts_are_skipped_except_for_sft():
+    rollouts = [*_group([0.0, -1.0], question_id=1), *_group([-0.5], question_id=2)]
+    for estimator in (Estimator.DR_GRPO, Estimator.GRPO, Estimator.RLOO, Estimator.SIOP):
+        out = _advantages(rollouts, estimator)
+        assert (out.groups_used, out.groups_skipped, len(out.rollouts)) == (1, 1, 2)
+    sft = _advantages(rollouts, Estimator.SFT)
+    assert (sft.groups_used, sft.groups_skipped, len(sft.rollouts)) == (2, 0, 3)
+    assert all(np.array_equal(a, [1.0, 0.0, 1.0]) for a in sft.token_advantages)
+
+
+def test_non_finite_reward_is_rejected_with_the_rollout_named():
+    rollouts = _group([0.0, math.nan])
+    with pytest.raises(ValueError, match="q1-a1-v0-s1"):
+        _advantages(rollouts, Estimator.DR_GRPO)
+
+
+def _reference(estimator, rollouts, lam):
+    """Slow, obvious per-token loops for every estimator."""
+    groups = {}
+    for r in rollouts:
+        groups.setdefault(r.trajectory.group_key, []).append(r)
+    out = []
+    for group in groups.values():
+        rewards = [r.reward for r in group]
+        g = len(group)
+        mean = sum(rewards) / g
+        if estimator is Estimator.SFT:
+            out += [[float(m) for m in r.trajectory.loss_mask] for r in group]
+            continue
+        if g < 2:
+            continue
+        std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / g)
+        for i, r in enumerate(group):
+            if estimator is Estimator.GRPO:
+                a = (rewards[i] - mean) / (std + 1e-6)
+            elif estimator is Estimator.RLOO:
+                a = rewards[i] - (sum(rewards) - rewards[i]) / (g - 1)
+            else:
+                a = rewards[i] - mean
+            tokens = []
+            for t, m in enumerate(r.trajectory.loss_mask):
+                value = a if m else 0.0
+                if estimator is Estimator.FORECAST_INFO_GAIN and m:
+                    belief = 0.5
+                    for turn in sorted(r.trajectory.turns, key=lambda x: x.index):
+                        if turn.token_start <= t < turn.token_end:
+                            value += lam * (r.reward + (belief - r.outcome_value) ** 2)
+                        if turn.belief is not None:
+                            belief = turn.belief
+                tokens.append(value)
+            out.append(tokens)
+    return out
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [
+        Estimator.DR_GRPO,
+        Estimator.GRPO,
+        Estimator.RLOO,
+        Estimator.FORECAST_INFO_GAIN,
+        Estimator.SFT,
+    ],
+)
+def test_estimators_match_a_python_loop_reference(estimator):
+    rng = np.random.default_rng(7)
+    rollouts = []
+    for q in range(6):
+        for s in range(int(rng.integers(1, 6))):
+            n = int(rng.integers(3, 9))
+            mask = tuple(int(x) for x in rng.integers(0, 2, n))
+            cuts = sorted(rng.choice(np.arange(1, n), size=2, replace=False).tolist())
+            turns = (
+                Turn(
+                    index=0,
+                    role="assistant",
+                    text="",
+                    token_start=0,
+                    token_end=cuts[0],
+                    belief=float(rng.uniform()),
+                ),
+                Turn(index=1, role="assistant", text="", token_start=cuts[0], token_end=cuts[1]),
+                Turn(
+                    index=2,
+                    role="assistant",
+                    text="",
+                    token_start=cuts[1],
+                    token_end=n,
+                    belief=float(rng.uniform()),
+                ),
+            )
+            rollouts.append(
+                make_rollout(
+                    question_id=q,
+                    sample_index=s,
+                    reward=-float(rng.uniform()),
+                    completion=tuple(range(n)),
+                    mask=mask,
+                    turns=turns,
+                    outcome_value=float(rng.integers(0, 2)),
+                )
+            )
+    out = _advantages(rollouts, estimator, info_gain_lambda=0.3)
+    expected = _reference(estimator, rollouts, 0.3)
+    assert len(out.token_advantages) == len(expected)
+    for got, want in zip(out.token_advantages, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,97 @@
+"""Packing and chunked log-probs against a per-sequence forward pass of a real tiny model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from futureworld.rl.batch import (
+    first_fit_decreasing,
+    pack_trajectories,
+    packing_stats,
+    token_logprobs,
+)
+from tests.rl.rl_builders import make_rollout
+
+
+def _trajectories(lengths, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, (n_prompt, n_completion) in enumerate(lengths):
+        mask = tuple(int(x) for x in rng.integers(0, 2, n_completion))
+        out.append(
+            make_rollout(
+                sample_index=i,
+                prompt=tuple(int(x) for x in rng.integers(0, 64, n_prompt)),
+                completion=tuple(int(x) for x in rng.integers(0, 64, n_completion)),
+                mask=mask,
+            ).trajectory
+        )
+    return out
+
+
+def test_first_fit_decreasing_respects_the_budget_and_places_every_item_once():
+    lengths = [7, 3, 9, 1, 4, 6, 2, 12]
+    bins = first_fit_decreasing(lengths, 10)
+    assert sorted(i for b in bins for i in b) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in b) <= 10 or len(b) == 1 for b in bins)
+
+
+def test_packed_rows_hold_no_padding_and_map_behaviour_logprobs_to_targets():
+    trajs = _trajectories([(3, 4), (2, 5), (4, 2)])
+    advantages = [np.arange(len(t.completion_token_ids), dtype=np.float32) + 1 for t in trajs]
+    rows = pack_trajectories(trajs, advantages, budget_tokens=16)
+    assert sum(r.num_tokens for r in rows) == sum(7 for _ in range(2)) + 6
+    assert sum(int(r.mask.sum()) for r in rows) == sum(sum(t.loss_mask) for t in trajs)
+    row = rows[0]
+    first = trajs[row.rollout_indices[0]]
+    n_prompt = len(first.prompt_token_ids)
+    for c, m in enumerate(first.loss_mask):
+        assert bool(row.mask[0, n_prompt - 1 + c]) == bool(m)
+        assert int(row.target_ids[0, n_prompt - 1 + c]) == first.completion_token_ids[c]
+
+
+def test_packing_rejects_a_rollout_without_prompt():
+    traj = make_rollout(prompt=()).trajectory
+    with pytest.raises(ValueError, match="no prompt tokens"):
+        pack_trajectories([traj], [np.ones(4, dtype=np.float32)], 16)
+
+
+def test_packing_avoids_the_padding_of_length_sorted_batches():
+    stats = packing_stats([10, 200, 30, 900, 55, 400], budget_tokens=1000)
+    assert stats.packed_waste == 0
+    assert stats.padded_waste > 0.1
+
+
+@pytest.mark.parametrize("chunk", [2, 1024])
+def test_packed_chunked_logprobs_equal_separate_full_vocabulary_forward(tiny_model_dir, chunk):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")
+    trajs = _trajectories([(3, 5), (1, 4), (6, 3), (2, 6)], seed=3)
+    zero_adv = [np.zeros(len(t.completion_token_ids), dtype=np.float32) for t in trajs]
+    rows = pack_trajectories(trajs, zero_adv, budget_tokens=64)
+    assert len(rows) == 1 and len(rows[0].rollout_indices) == 4
+    row = rows[0]
+    temperature = 0.7
+    logp, entropy = token_logprobs(model, row, temperature, chunk)
+    logp.sum().backward()  # the checkpointed chunk path is differentiable
+    logp = logp.detach()
+    offset = 0
+    for i in row.rollout_indices:
+        t = trajs[i]
+        seq = torch.tensor([list(t.prompt_token_ids) + list(t.completion_token_ids)])
+        with torch.no_grad():
+            logits = model(input_ids=seq).logits[0].float() / temperature
+        ref = logits.log_softmax(-1)
+        n_prompt = len(t.prompt_token_ids)
+        for c, m in enumerate(t.loss_mask):
+            pos = offset + n_prompt - 1 + c
+            if m:
+                want = ref[n_prompt - 1 + c, t.completion_token_ids[c]]
+                assert float(logp[0, pos]) == pytest.approx(float(want), abs=1e-5)
+                want_h = -(ref[n_prompt - 1 + c].exp() * ref[n_prompt - 1 + c]).sum()
+                assert float(entropy[0, pos]) == pytest.approx(float(want_h), abs=1e-5)
+            else:
+                assert float(logp[0, pos]) == 0.0
+        offset += seq.shape[1]
