@@ -5,6 +5,7 @@ resolved by `clock.now()`. Wire formats live in payloads.py.
 
 Routes:
   GET /feeds/{topic}.xml, /feeds/all.xml   RSS 2.0, newest first, items published ≤ now
+  (every 200 carries an ETag; a matching If-None-Match gets 304 Not Modified)
   GET /articles/{guid}                     the article page (404 until published)
   GET /v0/markets?limit=&before=           LiteMarkets created ≤ now, newest first; `before` is
                                            the id of the last market of the previous page;
@@ -15,6 +16,7 @@ Routes:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -87,7 +89,8 @@ class _WorldRoutes:
             description=f"Seeded simulated news ({name}), world seed {self.world.config.seed}",
             articles=articles,
             base_url=self.base_url,
-            built_at=now,
+            # The newest item's date, not now: an unchanged feed keeps its bytes and ETag.
+            built_at=articles[0].published_at if articles else self.world.config.start_at,
         )
         return _Reply(HTTPStatus.OK, "application/rss+xml; charset=utf-8", body)
 
@@ -146,15 +149,27 @@ class _WorldRoutes:
 class _Handler(BaseHTTPRequestHandler):
     routes: _WorldRoutes  # set on the per-server subclass
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes; with Nagle on, keep-alive clients wait ~40 ms each.
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         try:
             reply = self.routes.handle(self.path)
         except Exception as exc:  # a bug must answer 500, not hang the client
             reply = _error(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+        etag = f'"{hashlib.sha256(reply.body).hexdigest()[:20]}"'
+        if reply.status is HTTPStatus.OK and self.headers.get("If-None-Match") == etag:
+            # Conditional GET, as feed readers do: nothing new since their last fetch.
+            self.send_response(HTTPStatus.NOT_MODIFIED)
+            self.send_header("ETag", etag)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.send_response(reply.status)
         self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(reply.body)))
+        if reply.status is HTTPStatus.OK:
+            self.send_header("ETag", etag)
         self.end_headers()
         self.wfile.write(reply.body)
 

@@ -183,3 +183,19 @@ def test_server_lists_its_feeds_and_stops_on_close(world: World, clock: SimClock
         assert httpx.get(running.feed_urls["all"]).status_code == 200
     with pytest.raises(httpx.ConnectError):
         httpx.get(running.feed_urls["all"], timeout=2)
+
+
+def test_unchanged_feed_answers_not_modified_to_a_conditional_get(
+    server: WorldServer, world: World, clock: SimClock
+) -> None:
+    first = get(server, "/feeds/sports.xml")
+    etag = first.headers["ETag"]
+    again = httpx.get(server.feed_urls["sports"], headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b""
+    published = world.articles_published_by(clock.now(), Topic.SPORTS)
+    clock.advance(timedelta(seconds=1))
+    assert world.articles_published_by(clock.now(), Topic.SPORTS) == published
+    assert httpx.get(first.url, headers={"If-None-Match": etag}).status_code == 304
+    clock.advance(days=1)
+    changed = httpx.get(server.feed_urls["sports"], headers={"If-None-Match": etag})
+    assert changed.status_code == 200 and changed.headers["ETag"] != etag
