@@ -50,6 +50,7 @@ def test_rss_feeds_parse_with_feedparser_and_show_only_published_items(
         for entry in feed.entries:
             article = expected[entry.id]
             assert calendar.timegm(entry.published_parsed) == article.published_at.timestamp()
+            assert article.published_at <= clock.now()
             assert entry.title == article.title
             assert entry.summary == article.summary
             assert entry.content[0].value == article.body
