@@ -1,0 +1,198 @@
+"""train_policy on a real tiny Qwen2: parameters move, LoRA stays in the adapter, stale data is
+corrected, checkpoints are atomic and resumable."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from futureworld.rl.checkpoints import checkpoint_sha256, load_policy
+from futureworld.rl.config import Estimator, TrainConfig
+from futureworld.rl.trainer import train_policy, train_sft
+from tests.rl.rl_builders import make_rollout, sample_rollouts
+
+FAST = TrainConfig(learning_rate=1e-2, micro_batch_tokens=32, grad_accum_steps=1, precision="fp32")
+
+
+def _scored(model_dir: Path, *, groups: int = 2, group_size: int = 4, seed: int = 0, staleness=0):
+    """Rollouts sampled from the model at `model_dir`, with rewards that prefer low token ids."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    gen = torch.Generator().manual_seed(seed)
+    rollouts = []
+    for q in range(groups):
+        samples = sample_rollouts(
+            model, [(1 + q, 2, 3)], samples=group_size, completion_tokens=4, generator=gen
+        )
+        for s, (prompt, completion, logp) in enumerate(samples):
+            rollouts.append(
+                make_rollout(
+                    question_id=q,
+                    sample_index=s,
+                    prompt=prompt,
+                    completion=completion,
+                    mask=(1, 1, 0, 1),
+                    logprobs=(logp[0], logp[1], 0.0, logp[3]),
+                    reward=-sum(completion) / 256,
+                    staleness=staleness,
+                )
+            )
+    return rollouts
+
+
+def _tensors(path: Path, name: str) -> dict[str, torch.Tensor]:
+    return load_file(str(path / name))
+
+
+def test_two_steps_change_every_parameter_of_full_fine_tuning(tiny_model_dir, tmp_path):
+    seen = []
+    result = train_policy(
+        tiny_model_dir,
+        _scored(tiny_model_dir),
+        FAST,
+        tmp_path / "v1",
+        on_step=lambda step, metrics: seen.append((step, metrics)),
+    )
+    assert result.steps == 2 and [s for s, _ in seen] == [1, 2]
+    for key in (
+        "loss",
+        "clip_low_fraction",
+        "clip_high_fraction",
+        "kl_behaviour",
+        "chi2",
+        "rejected_fraction",
+        "staleness_mean",
+        "staleness_max",
+        "entropy",
+        "grad_norm",
+        "tokens_per_s",
+    ):
+        assert math.isfinite(seen[-1][1][key]), key
+    before = _tensors(tiny_model_dir, "model.safetensors")
+    after = _tensors(result.checkpoint_path, "model.safetensors")
+    assert before.keys() == after.keys()
+    unchanged = [k for k in before if torch.equal(before[k], after[k])]
+    assert unchanged == []
+    assert result.checkpoint_sha256 == checkpoint_sha256(result.checkpoint_path)
+    state = json.loads((result.checkpoint_path / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and state["config"]["estimator"] == "dr_grpo"
+
+
+def test_lora_changes_only_the_adapter(tiny_model_dir, tmp_path):
+    config = dataclasses.replace(FAST, lora=True, lora_rank=4)
+    result = train_policy(tiny_model_dir, _scored(tiny_model_dir), config, tmp_path / "v1")
+    assert not (result.checkpoint_path / "model.safetensors").exists()
+    trained = _tensors(result.checkpoint_path, "adapter_model.safetensors")
+    assert trained and all("lora_" in k for k in trained)
+    torch.manual_seed(config.seed)  # the trainer seeds before creating the adapter
+    initial = {
+        k.replace(".default", ""): v
+        for k, v in load_policy(tiny_model_dir, config).state_dict().items()
+        if "lora_" in k
+    }
+    assert initial.keys() == trained.keys()
+    assert all(not torch.equal(initial[k], trained[k]) for k in trained)
+    optimizer = torch.load(result.checkpoint_path / "optimizer.pt", weights_only=True)
+    assert len(optimizer["state"]) == len(trained)  # nothing but adapter weights was optimised
+
+
+def test_stale_behaviour_data_stays_finite_and_reports_rejections(tiny_model_dir, tmp_path):
+    stale_dir = tmp_path / "stale"
+    old = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    torch.manual_seed(5)
+    with torch.no_grad():  # several versions of drift, exaggerated
+        for p in old.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    old.save_pretrained(stale_dir)
+    rollouts = _scored(stale_dir, groups=3, group_size=4, staleness=6)
+    seen = []
+    result = train_policy(
+        tiny_model_dir,
+        rollouts,
+        dataclasses.replace(FAST, reject_bound=3.0),
+        tmp_path / "v7",
+        on_step=lambda step, metrics: seen.append(metrics),
+    )
+    assert result.steps >= 1
+    for metrics in seen:
+        assert all(math.isfinite(v) for v in metrics.values()), metrics
+        assert metrics["staleness_mean"] == 6
+    assert 0 < max(m["rejected_fraction"] for m in seen) < 1
+    assert max(m["chi2"] for m in seen) > 0.1
+
+
+def test_crash_while_checkpointing_leaves_no_checkpoint_at_the_target(tiny_model_dir, tmp_path):
+    def crash(tmp_dir: Path) -> None:
+        assert (tmp_dir / "model.safetensors").exists()
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        train_policy(tiny_model_dir, _scored(tiny_model_dir), FAST, tmp_path / "v1", on_save=crash)
+    assert not (tmp_path / "v1").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base"]
+
+
+def test_failed_rename_leaves_no_checkpoint_at_the_target(tiny_model_dir, tmp_path, monkeypatch):
+    def failing_replace(src, dst):
+        raise OSError("rename failed")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="rename failed"):
+        train_policy(tiny_model_dir, _scored(tiny_model_dir), FAST, tmp_path / "v1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base"]
+
+
+def test_an_existing_target_is_refused_before_training(tiny_model_dir, tmp_path):
+    (tmp_path / "v1").mkdir()
+    with pytest.raises(FileExistsError, match="v1"):
+        train_policy(tiny_model_dir, _scored(tiny_model_dir), FAST, tmp_path / "v1")
+
+
+def test_resume_continues_weights_and_optimizer_state(tiny_model_dir, tmp_path):
+    data = _scored(tiny_model_dir)
+    config = dataclasses.replace(FAST, learning_rate=3e-3)
+    whole = train_sft(
+        tiny_model_dir, data, dataclasses.replace(config, ppo_epochs=2), tmp_path / "a"
+    )
+    half = train_sft(tiny_model_dir, data, config, tmp_path / "b1")
+    rest = train_sft(
+        tiny_model_dir, data, config, tmp_path / "b2", resume_from=half.checkpoint_path
+    )
+    assert (whole.global_step, half.global_step, rest.global_step) == (4, 2, 4)
+    a = _tensors(whole.checkpoint_path, "model.safetensors")
+    b = _tensors(rest.checkpoint_path, "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    fresh = train_sft(half.checkpoint_path, data, config, tmp_path / "c")  # new optimizer state
+    c = _tensors(fresh.checkpoint_path, "model.safetensors")
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_sft_accepts_bare_trajectories_and_lowers_their_loss(tiny_model_dir, tmp_path):
+    trajectories = [r.trajectory for r in _scored(tiny_model_dir)]
+    config = dataclasses.replace(FAST, ppo_epochs=5)
+    result = train_sft(tiny_model_dir, trajectories, config, tmp_path / "v1")
+    assert result.groups_skipped == 0
+    assert result.metrics[-1]["loss"] < result.metrics[0]["loss"]
+
+
+def test_rl_training_refuses_unscored_trajectories(tiny_model_dir, tmp_path):
+    trajectories = [r.trajectory for r in _scored(tiny_model_dir)]
+    with pytest.raises(TypeError, match="ScoredRollout"):
+        train_policy(tiny_model_dir, trajectories, FAST, tmp_path / "v1")
+
+
+def test_training_is_deterministic_on_cpu(tiny_model_dir, tmp_path):
+    data = _scored(tiny_model_dir)
+    config = dataclasses.replace(FAST, estimator=Estimator.RLOO, m2po_tau=0.04)
+    one = train_policy(tiny_model_dir, data, config, tmp_path / "one")
+    two = train_policy(tiny_model_dir, data, config, tmp_path / "two")
+    a = _tensors(one.checkpoint_path, "model.safetensors")
+    b = _tensors(two.checkpoint_path, "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
