@@ -167,9 +167,8 @@ def evaluate_command(
     db: DbOption = None,
 ) -> None:
     """Score every agent and policy version, per source and overall."""
-    from futureworld.evaluation import plot_reliability, score_forecasts
-
     from flows.stages.scoring import forecast_records
+    from futureworld.evaluation import plot_reliability, score_forecasts
 
     records = forecast_records(_engine(db), agent)
     rows = score_forecasts(records)
@@ -183,7 +182,7 @@ def evaluate_command(
         for record in records:
             p, y = groups.setdefault(f"{record.agent} v{record.policy_version}", ([], []))
             p.append(record.p_yes)
-            y.append(record.outcome)
+            y.append(record.y)
         plot_reliability(groups, plot)
         console.print(f"wrote {plot}")
 

@@ -34,7 +34,6 @@ class PredictReport:
     policy_version: int
     questions: int
     rollouts: int
-    failed: int
 
 
 def default_worker_id() -> str:
@@ -50,7 +49,7 @@ def predict(
     limit: int | None = None,
     worker: str | None = None,
     lease_s: float = 1800.0,
-    claim_batch: int = 8,
+    claim_batch: int | None = None,
     runner_factory: Callable[[Agent, int], GroupRunner] | None = None,
     on_group: Callable[[int], None] | None = None,
 ) -> PredictReport:
@@ -58,7 +57,8 @@ def predict(
     not forecast yet (or has fewer than `samples` rollouts for).
 
     `runner_factory(agent, policy_version)` builds the group runner for LLM agents; baseline
-    agents need none. `on_group(n_rollouts)` is called after each persisted group (progress).
+    agents need none. Questions are claimed `claim_batch` at a time (default: one group for
+    LLM agents, so a crash loses at most one group; a thousand for the instant baselines). `on_group(n_rollouts)` is called after each persisted group (progress).
     """
     as_of = as_of or utc_now()
     worker = worker or default_worker_id()
@@ -68,13 +68,14 @@ def predict(
         candidates = [q.id for q in open_questions_at(session, as_of)]
     if agent.backend == "baseline":
         runner = _baseline_runner(engine, agent, version, as_of)
-        samples = 1
+        samples, claim_batch = 1, claim_batch or 1000
     else:
         if runner_factory is None:
             raise ValueError(f"agent {agent_name!r} ({agent.backend}) needs a generation backend")
         runner = runner_factory(agent, version)
+        claim_batch = claim_batch or 1
 
-    n_questions = n_rollouts = n_failed = 0
+    n_questions = n_rollouts = 0
     while limit is None or n_questions < limit:
         batch = claim_batch if limit is None else min(claim_batch, limit - n_questions)
         with session_scope(engine) as session:
@@ -94,24 +95,21 @@ def predict(
         if not claimed:
             break
         candidates = [q for q in candidates if q not in set(claimed)]
-        for question_id in claimed:
-            missing = [i for i in range(samples) if i not in have.get(question_id, set())]
-            try:
-                trajectories = runner(questions[question_id], missing)
-            except Exception:
-                n_failed += 1
-                with session_scope(engine) as session:
-                    release_claims(
-                        session, [question_id], agent_id=agent.id, policy_version=version
-                    )
-                raise
+        trajectories: list[Trajectory] = []
+        try:
+            for question_id in claimed:
+                missing = [i for i in range(samples) if i not in have.get(question_id, set())]
+                group = runner(questions[question_id], missing)
+                trajectories.extend(group)
+                n_questions += 1
+                if on_group is not None:
+                    on_group(len(group))
+        finally:
+            # Persist what was generated even when a later group fails, then free the claims.
             with session_scope(engine) as session:
                 n_rollouts += insert_rollouts(session, trajectories)
-                release_claims(session, [question_id], agent_id=agent.id, policy_version=version)
-            n_questions += 1
-            if on_group is not None:
-                on_group(len(trajectories))
-    return PredictReport(agent.name, version, n_questions, n_rollouts, n_failed)
+                release_claims(session, claimed, agent_id=agent.id, policy_version=version)
+    return PredictReport(agent.name, version, n_questions, n_rollouts)
 
 
 def _baseline_runner(engine: Engine, agent: Agent, version: int, as_of: datetime) -> GroupRunner:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from futureworld.evaluation import ForecastRecord, ScoreRow, score_forecasts
 from sqlalchemy import Engine
 
 from futureworld.baselines import base_rate
 from futureworld.domain import OutcomeStatus, QuestionKind, Reward
+from futureworld.evaluation import ForecastRecord, ScoreRow, score_forecasts
 from futureworld.rewards import REWARD_FUNCTIONS, RewardFn, applicable_rewards
 from storage.engine import session_scope
 from storage.repositories.agents import list_agents
@@ -99,7 +99,7 @@ def forecast_records(
                         source=question.source,
                         domain=question.domain,
                         p_yes=trajectory.p_yes,
-                        outcome=float(outcome.value),
+                        y=float(outcome.value),
                         crowd_p=question.crowd_probability,
                         base_rate_p=base_rate(question, history),
                     )

@@ -1,0 +1,93 @@
+"""The foundation loop through the CLI on the real ForecastBench files: import, baseline
+forecasts, backfill, evaluate — on Postgres and SQLite, every stage idempotent."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from flows.cli import app
+from storage.engine import session_scope
+from storage.tables import OutcomeRow, QuestionRow, RewardRow, RolloutRow
+
+RAW = Path(__file__).resolve().parents[2].parent / "shared" / "forecastbench-eval" / "raw"
+QUESTIONS = RAW / "2025-10-26-llm.json"
+RESOLUTIONS = RAW / "2025-10-26_resolution_set.json"
+FREEZE = "2025-10-16T00:00:00+00:00"
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def counts(engine) -> dict[str, int]:
+    with session_scope(engine) as session:
+        return {
+            table.__tablename__: session.scalar(select(func.count()).select_from(table))
+            for table in (QuestionRow, OutcomeRow, RolloutRow, RewardRow)
+        }
+
+
+def crowd_brier_from_raw() -> float:
+    """Straight from the JSON: resolved market questions, freeze value vs resolved_to."""
+    questions = json.loads(QUESTIONS.read_text())["questions"]
+    resolutions = json.loads(RESOLUTIONS.read_text())["resolutions"]
+    freeze = {
+        (q["source"], q["id"]): float(q["freeze_datetime_value"])
+        for q in questions
+        if q["resolution_dates"] == "N/A"
+    }
+    errors = [
+        (freeze[(r["source"], r["id"])] - r["resolved_to"]) ** 2
+        for r in resolutions
+        if r["resolved"] and (r["source"], r["id"]) in freeze
+    ]
+    assert len(errors) == 112
+    return sum(errors) / len(errors)
+
+
+def test_forecastbench_loop_end_to_end_and_idempotent(engine, db_url: str, tmp_path) -> None:
+    cli("db", "upgrade", "--db", db_url)
+    cli("import", "forecastbench", str(QUESTIONS), "--db", db_url)
+    for name in ("crowd", "base-rate", "uniform"):
+        cli("agent", "add", name, "--model", name, "--backend", "baseline", "--db", db_url)
+        cli("predict", "--agent", name, "--as-of", FREEZE, "--db", db_url)
+    before_outcomes = counts(engine)
+    assert before_outcomes["question"] == 2246  # 4 FRED series list 7 horizons upstream
+    assert before_outcomes["rollout"] == 3 * 2246
+    cli(
+        "import", "forecastbench", str(QUESTIONS), "--resolutions", str(RESOLUTIONS), "--db", db_url
+    )
+    out = cli("backfill", "--db", db_url)
+    assert "voided" in out
+    first = counts(engine)
+
+    # Every stage again: nothing changes.
+    cli(
+        "import", "forecastbench", str(QUESTIONS), "--resolutions", str(RESOLUTIONS), "--db", db_url
+    )
+    for name in ("crowd", "base-rate", "uniform"):
+        cli("predict", "--agent", name, "--as-of", FREEZE, "--db", db_url)
+    cli("backfill", "--db", db_url)
+    assert counts(engine) == first
+    assert first["outcome"] == 112 + 977 + 19
+
+    report = tmp_path / "scores.json"
+    plot = tmp_path / "reliability.png"
+    cli("evaluate", "--json", str(report), "--plot", str(plot), "--db", db_url)
+    rows = json.loads(report.read_text())["rows"]
+    crowd_all = next(r for r in rows if r["agent"] == "crowd" and r["source"] is None)
+    assert crowd_all["n"] == 112
+    assert math.isclose(crowd_all["brier"], crowd_brier_from_raw(), rel_tol=1e-9)
+    uniform_all = next(r for r in rows if r["agent"] == "uniform" and r["source"] is None)
+    assert uniform_all["brier"] == 0.25
+    assert uniform_all["n"] == 112 + 977
+    lo, hi = crowd_all["brier_ci"]
+    assert lo < crowd_all["brier"] < hi
+    assert plot.stat().st_size > 1000
