@@ -58,7 +58,8 @@ def predict(
 
     `runner_factory(agent, policy_version)` builds the group runner for LLM agents; baseline
     agents need none. Questions are claimed `claim_batch` at a time (default: one group for
-    LLM agents, so a crash loses at most one group; a thousand for the instant baselines). `on_group(n_rollouts)` is called after each persisted group (progress).
+    LLM agents, so a crash loses at most one group; a thousand for the instant baselines).
+    `on_group(n_rollouts)` is called after each group (progress).
     """
     as_of = as_of or utc_now()
     worker = worker or default_worker_id()
