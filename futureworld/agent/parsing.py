@@ -47,7 +47,7 @@ def parse_number(content: str) -> tuple[float | None, ParseStatus]:
     content = content.strip()
     if not _DECIMAL.fullmatch(content):
         return None, ParseStatus.MALFORMED
-    value = float(content)
+    value = float(content) + 0.0  # "-0" is 0.0, not -0.0
     if not 0.0 <= value <= 1.0:
         return None, ParseStatus.OUT_OF_RANGE
     return value, ParseStatus.OK
