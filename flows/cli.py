@@ -147,6 +147,75 @@ def predict_command(
     )
 
 
+@app.command("harvest")
+def harvest_command(
+    source: Annotated[
+        list[str] | None,
+        typer.Option("--source", help="manifold | polymarket | metaculus | kalshi | rss"),
+    ] = None,
+    feed: Annotated[list[str] | None, typer.Option("--feed", help="Feed URL (repeatable).")] = None,
+    generate: Annotated[
+        bool, typer.Option(help="Generate questions from newly harvested articles.")
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Harvest open questions from platforms and articles from RSS/Atom feeds."""
+    from flows.stages.harvesting import harvest
+    from futureworld.domain import utc_now
+
+    settings = Settings().with_db(db)
+    sources = [s for s in (source or []) if s != "rss"]
+    feeds = feed if (feed or not source or "rss" in source) else []
+    now = utc_now()
+    report = harvest(
+        _engine(db),
+        settings,
+        sources=sources,
+        feeds=feeds,
+        now=now,
+        run_key=now.date().isoformat(),
+        generate=generate,
+    )
+    console.print(
+        f"questions: {report.questions_new} new of {report.questions_seen}; "
+        f"articles: {report.articles_new} new of {report.articles_seen}"
+    )
+    for name, counts in sorted(report.per_source.items()):
+        console.print(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    for error in report.errors:
+        console.print(f"[yellow]problem:[/yellow] {error}")
+
+
+@app.command("resolve")
+def resolve_command(
+    manual: Annotated[
+        int | None, typer.Option("--manual", help="Resolve this question id by hand.")
+    ] = None,
+    verdict: Annotated[str | None, typer.Option(help="With --manual: yes | no | annul.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Poll the sources of every open question past its close and record outcome revisions."""
+    from flows.stages.harvesting import resolve, resolve_manually
+    from futureworld.domain import utc_now
+
+    settings = Settings().with_db(db)
+    engine = _engine(db)
+    now = utc_now()
+    if manual is not None:
+        if verdict is None:
+            raise typer.BadParameter("--manual needs --verdict yes|no|annul")
+        outcome = resolve_manually(engine, manual, verdict, now=now)
+        console.print("unchanged" if outcome is None else f"revision {outcome.revision} recorded")
+        return
+    report = resolve(engine, settings, now=now, run_key=now.date().isoformat())
+    console.print(
+        f"checked {report.checked}: {report.outcomes_recorded} outcomes recorded "
+        f"({report.annulled} annulled); {report.needs_manual} need manual resolution"
+    )
+    for error in report.errors:
+        console.print(f"[yellow]problem:[/yellow] {error}")
+
+
 @app.command("backfill")
 def backfill_command(db: DbOption = None) -> None:
     """Score every rollout whose question has a new outcome revision, exactly once."""
