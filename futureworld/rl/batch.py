@@ -132,31 +132,44 @@ def pack_trajectories(
 class PackingStats:
     tokens: int
     packed_slots: int
-    padded_slots: int
-    """Slots used by padded micro-batches: lengths sorted, B·max_len ≤ budget per batch."""
+    """Slots of packed rows: every slot is a token."""
+    sorted_padded_slots: int
+    """Slots of padded micro-batches over length-sorted rollouts, B·max_len ≤ budget each."""
+    replay_padded_slots: int
+    """The same in replay order (what padding costs without a global sort)."""
 
     @property
     def packed_waste(self) -> float:
         return 1 - self.tokens / self.packed_slots
 
     @property
-    def padded_waste(self) -> float:
-        return 1 - self.tokens / self.padded_slots
+    def sorted_padded_waste(self) -> float:
+        return 1 - self.tokens / self.sorted_padded_slots
+
+    @property
+    def replay_padded_waste(self) -> float:
+        return 1 - self.tokens / self.replay_padded_slots
+
+
+def _padded_slots(lengths: Sequence[int], budget_tokens: int) -> int:
+    """Greedy padded micro-batches in the given order: grow a batch while B·max_len ≤ budget."""
+    slots, batch = 0, []
+    for n in lengths:
+        if batch and (len(batch) + 1) * max(*batch, n) > budget_tokens:
+            slots += len(batch) * max(batch)
+            batch = []
+        batch.append(n)
+    return slots + (len(batch) * max(batch) if batch else 0)
 
 
 def packing_stats(lengths: Sequence[int], budget_tokens: int) -> PackingStats:
-    """Compares packing with the alternative: length-sorted padded batches of ≤ budget slots."""
-    tokens = int(sum(lengths))
-    padded = 0
-    batch: list[int] = []
-    for n in sorted(lengths):
-        if batch and (len(batch) + 1) * n > budget_tokens:
-            padded += len(batch) * max(batch)
-            batch = []
-        batch.append(n)
-    if batch:
-        padded += len(batch) * max(batch)
-    return PackingStats(tokens=tokens, packed_slots=tokens, padded_slots=padded)
+    """Packing against the alternatives: padded batches, length-sorted or in replay order."""
+    return PackingStats(
+        tokens=int(sum(lengths)),
+        packed_slots=int(sum(lengths)),
+        sorted_padded_slots=_padded_slots(sorted(lengths), budget_tokens),
+        replay_padded_slots=_padded_slots(list(lengths), budget_tokens),
+    )
 
 
 def _backbone_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:

@@ -62,7 +62,11 @@ def test_packing_rejects_a_rollout_without_prompt():
 def test_packing_avoids_the_padding_of_length_sorted_batches():
     stats = packing_stats([10, 200, 30, 900, 55, 400], budget_tokens=1000)
     assert stats.packed_waste == 0
-    assert stats.padded_waste > 0.1
+    # replay order: [10, 200, 30] → 3·200, [900] → 900, [55, 400] → 2·400 slots
+    assert stats.replay_padded_slots == 600 + 900 + 800
+    # sorted: [10, 30, 55, 200] → 800, [400] → 400, [900] → 900 slots
+    assert stats.sorted_padded_slots == 800 + 400 + 900
+    assert stats.sorted_padded_waste > 0.1
 
 
 @pytest.mark.parametrize("chunk", [2, 1024])
