@@ -18,9 +18,11 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
 import_app = typer.Typer(no_args_is_help=True, help="Import question sets.")
 agent_app = typer.Typer(no_args_is_help=True, help="Register and list agents.")
+model_app = typer.Typer(no_args_is_help=True, help="Local models.")
 app.add_typer(db_app, name="db")
 app.add_typer(import_app, name="import")
 app.add_typer(agent_app, name="agent")
+app.add_typer(model_app, name="model")
 
 console = Console()
 DbOption = Annotated[
@@ -90,6 +92,16 @@ def agent_add(
     ],
     backend: Annotated[str, typer.Option(help="local | openai | baseline")] = "local",
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,
+    served_model: Annotated[
+        str | None, typer.Option(help="Model name on the server (default: --model).")
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    max_turns: Annotated[int, typer.Option(help="Assistant turns per rollout.")] = 4,
+    max_new_tokens: Annotated[int, typer.Option(help="Generated tokens per turn.")] = 64,
+    max_total_tokens: Annotated[int, typer.Option(help="Prompt + completion limit.")] = 2048,
+    elicit_beliefs: Annotated[
+        bool, typer.Option(help="Elicit a belief after each tool turn.")
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Register an agent; its policy version 0 is the base model."""
@@ -101,10 +113,33 @@ def agent_add(
         raise typer.BadParameter(f"unknown backend {backend!r}: use local, openai or baseline")
     if backend == "openai" and not base_url:
         raise typer.BadParameter("--backend openai needs --base-url")
+    generation: dict[str, object] = {}
+    if backend != "baseline":
+        from flows.runtime import generation_settings
+
+        generation = {
+            "temperature": temperature,
+            "max_turns": max_turns,
+            "max_new_tokens": max_new_tokens,
+            "max_total_tokens": max_total_tokens,
+            "elicit_beliefs": elicit_beliefs,
+        }
+        if served_model:
+            generation["served_model"] = served_model
+        generation_settings(generation)  # validate before storing
+        if backend == "local" and not (Path(model) / "config.json").is_file():
+            raise typer.BadParameter(f"--model {model}: not a model directory (no config.json)")
     engine = _engine(db)
     with session_scope(engine) as session:
         agent = ensure_agent(
-            session, Agent(name=name, base_model=model, backend=backend, base_url=base_url)
+            session,
+            Agent(
+                name=name,
+                base_model=model,
+                backend=backend,
+                base_url=base_url,
+                generation=generation,
+            ),
         )
     console.print(f"agent [bold]{agent.name}[/bold] ({agent.backend}: {agent.base_model})")
 
@@ -122,6 +157,20 @@ def agent_list(db: DbOption = None) -> None:
             version = latest_policy_version(session, agent.id)
             table.add_row(agent.name, agent.backend, agent.base_model, str(version.version))
     console.print(table)
+
+
+@model_app.command("init-tiny")
+def model_init_tiny(
+    out_dir: Annotated[Path, typer.Argument(help="Where to write the model.")],
+    seed: Annotated[int, typer.Option(help="Initialisation seed.")] = 0,
+    hidden_size: Annotated[int, typer.Option(help="Hidden size.")] = 64,
+    layers: Annotated[int, typer.Option(help="Transformer layers.")] = 2,
+) -> None:
+    """Build a tiny Qwen2-architecture model with a locally trained tokenizer (offline)."""
+    from futureworld.policy.tiny import init_tiny_model
+
+    path = init_tiny_model(out_dir, seed=seed, hidden_size=hidden_size, num_layers=layers)
+    console.print(f"tiny model written to {path}")
 
 
 @app.command("predict")

@@ -3,13 +3,23 @@ from settings. Nothing here runs at import time."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import fields, replace
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import Engine
 
 from flows.settings import Settings
-from flows.stages.predicting import PredictReport, predict
+from flows.stages.predicting import GroupRunner, PredictReport, predict
+from futureworld.agent.loop import AgentConfig
+from futureworld.domain import Agent, PolicyVersion, Question, Trajectory
+from futureworld.policy.base import PolicyBackend, SamplingParams
+from storage.engine import session_scope
+from storage.repositories.agents import get_policy_version
 
 
 def predict_with_progress(
@@ -53,4 +63,99 @@ def predict_with_progress(
             worker=settings.worker_id,
             lease_s=settings.claim_lease_s,
             on_group=on_group,
+            runner_factory=runner_factory(settings, engine),
         )
+
+
+def generation_settings(generation: dict[str, Any]) -> tuple[AgentConfig, SamplingParams]:
+    """Split an agent's stored generation settings into the loop's and the sampler's configs;
+    an unknown key is an error (it would otherwise be silently ignored)."""
+    loop_keys = {f.name for f in fields(AgentConfig)}
+    sampling_keys = {f.name for f in fields(SamplingParams)} - {"stop", "max_new_tokens"}
+    unknown = set(generation) - loop_keys - sampling_keys - {"served_model"}
+    if unknown:
+        raise ValueError(f"unknown generation settings {sorted(unknown)}")
+    loop = AgentConfig(**{k: v for k, v in generation.items() if k in loop_keys})
+    sampling = SamplingParams(**{k: v for k, v in generation.items() if k in sampling_keys})
+    return loop, sampling
+
+
+def load_backend(settings: Settings, agent: Agent, version: PolicyVersion) -> PolicyBackend:
+    """The generation backend of one policy version.
+
+    A checkpoint directory holding `adapter_config.json` is a LoRA adapter over the agent's
+    base model; otherwise it is a full model directory.
+    """
+    checkpoint = Path(version.checkpoint_path)
+    is_adapter = (checkpoint / "adapter_config.json").is_file()
+    if agent.backend == "local":
+        from futureworld.policy.local import LocalBackend
+
+        if is_adapter:
+            return LocalBackend.from_pretrained(
+                Path(agent.base_model), adapter_dir=checkpoint, device=settings.device
+            )
+        return LocalBackend.from_pretrained(checkpoint, device=settings.device)
+    if agent.backend == "openai":
+        from futureworld.policy.openai_http import OpenAIHttpBackend
+
+        if agent.base_url is None:
+            raise ValueError(f"agent {agent.name!r} uses the openai backend but has no base URL")
+        served = str(agent.generation.get("served_model", agent.base_model))
+        backend = OpenAIHttpBackend.from_tokenizer_dir(
+            Path(agent.base_model), base_url=agent.base_url, model=served
+        )
+        if version.version == 0:
+            return backend
+        if not is_adapter:
+            raise ValueError(
+                f"{agent.name} v{version.version}: the HTTP backend serves LoRA adapters only; "
+                "train with --lora or serve the full checkpoint as its own model"
+            )
+        adapter_name = f"{agent.name}-v{version.version}"
+        backend.load_adapter(adapter_name, checkpoint)
+        return backend.with_model(adapter_name)
+    raise ValueError(f"agent {agent.name!r}: unknown backend {agent.backend!r}")
+
+
+def runner_factory(
+    settings: Settings, engine: Engine, *, seed: int = 0
+) -> Callable[[Agent, int], GroupRunner]:
+    """Builds the group runner of an LLM agent: its policy version's backend, the corpus
+    searched as of each question's cut-off, and the multi-turn loop."""
+    from futureworld.agent.loop import run_group
+    from storage.search import ArticleCorpus
+
+    def factory(agent: Agent, version_number: int) -> GroupRunner:
+        with session_scope(engine) as session:
+            version = get_policy_version(session, agent.id, version_number)
+        backend = load_backend(settings, agent, version)
+        loop_config, sampling = generation_settings(agent.generation)
+        corpus = ArticleCorpus(engine)
+
+        def run(question: Question, missing: Sequence[int]) -> list[Trajectory]:
+            if not missing:
+                return []
+            # One seed per (question, version, first missing sample): reruns are reproducible.
+            group_seed = hash_seed(seed, question.id, version_number, missing[0])
+            trajectories = run_group(
+                question,
+                backend,
+                corpus,
+                samples=len(missing),
+                params=replace(sampling, seed=group_seed),
+                agent_id=agent.id,
+                policy_version=version_number,
+                as_of=question.info_cutoff_at,
+                config=loop_config,
+            )
+            return [replace(t, sample_index=i) for t, i in zip(trajectories, missing, strict=True)]
+
+        return run
+
+    return factory
+
+
+def hash_seed(*parts: int | None) -> int:
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "little")

@@ -1,0 +1,188 @@
+"""Prefect artifacts of the flows: score tables, reliability and training plots, and the
+markdown summary of a daily cycle. Keys are stable (lowercase-dash) so the Prefect UI shows
+each artifact's history across runs; PNGs are written under `<data_dir>/reports`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from futureworld.evaluation import ForecastRecord, ScoreRow, plot_reliability, score_table_markdown
+
+SCORES_KEY = "evaluate-scores"
+SCORE_TABLE_KEY = "evaluate-score-table"
+RELIABILITY_KEY = "evaluate-reliability"
+CYCLE_SUMMARY_KEY = "daily-cycle-summary"
+TRAINING_METRICS = ("loss", "kl_behaviour", "clip_fraction")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageSummary:
+    """What one stage of a cycle did, for the summary artifact."""
+
+    stage: str
+    """Stage label, e.g. `harvest` or `predict crowd`."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """Integer fields of the stage's report (questions_new, rollouts …)."""
+    errors: tuple[str, ...] = ()
+    """Partial failures the stage caught and reported (one source, one item …)."""
+    failed: str | None = None
+    """Why the whole stage failed, when it did; the cycle went on without it."""
+    note: str = ""
+    """Why the stage did nothing, when it skipped (e.g. too few completed groups)."""
+
+
+def artifact_key(*parts: str) -> str:
+    """A Prefect artifact key: lowercase letters, digits and dashes only."""
+    key = re.sub(r"[^a-z0-9]+", "-", "-".join(parts).lower()).strip("-")
+    if not key:
+        raise ValueError(f"artifact key from {parts!r} is empty")
+    return key
+
+
+def report_counts(report: object) -> dict[str, int]:
+    """The integer fields of a stage report dataclass (bools excluded)."""
+    if report is None or not is_dataclass(report):
+        return {}
+    out: dict[str, int] = {}
+    for f in fields(report):
+        value = getattr(report, f.name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[f.name] = value
+    return out
+
+
+def summarise(stage: str, report: object, *, note: str = "") -> StageSummary:
+    errors = tuple(str(e) for e in getattr(report, "errors", ()) or ())
+    return StageSummary(stage=stage, counts=report_counts(report), errors=errors, note=note)
+
+
+def cycle_summary_markdown(run_key: str, stages: Sequence[StageSummary]) -> str:
+    crashed = [s for s in stages if s.failed is not None]
+    partial = sum(len(s.errors) for s in stages)
+    lines = [
+        f"# Daily cycle {run_key}",
+        "",
+        f"{len(stages)} stages: {len(stages) - len(crashed)} completed, {len(crashed)} failed; "
+        f"{partial} partial errors.",
+        "",
+        "| stage | result | counts | errors |",
+        "|---|---|---|---|",
+    ]
+    for s in stages:
+        result = "failed" if s.failed is not None else (s.note or "ok")
+        counts = ", ".join(f"{k} {v}" for k, v in s.counts.items()) or "—"
+        lines.append(f"| {s.stage} | {_cell(result)} | {counts} | {len(s.errors)} |")
+    problems = [(s.stage, s.failed) for s in crashed] + [
+        (s.stage, e) for s in stages for e in s.errors
+    ]
+    if problems:
+        lines += ["", "## What failed and why", ""]
+        lines += [f"- **{stage}**: {_cell(str(why))}" for stage, why in problems]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:500]
+
+
+def publish_cycle_summary(run_key: str, stages: Sequence[StageSummary]) -> str:
+    markdown = cycle_summary_markdown(run_key, stages)
+    create_markdown_artifact(
+        markdown=markdown, key=CYCLE_SUMMARY_KEY, description=f"daily cycle {run_key}"
+    )
+    return markdown
+
+
+def publish_scores(
+    rows: Sequence[ScoreRow], records: Sequence[ForecastRecord], *, reports_dir: Path, run_key: str
+) -> Path | None:
+    """Score table (table and markdown artifacts) and the reliability diagram (PNG + markdown).
+
+    Returns the PNG path, or None when no forecast has a resolved outcome yet.
+    """
+    table = [_jsonable(row.as_dict()) for row in rows]
+    create_table_artifact(table=table, key=SCORES_KEY, description=f"scores as of {run_key}")
+    create_markdown_artifact(
+        markdown=f"# Scores as of {run_key}\n\n{score_table_markdown(rows)}",
+        key=SCORE_TABLE_KEY,
+        description=f"scores as of {run_key}",
+    )
+    if not records:
+        return None
+    groups: dict[str, tuple[list[float], list[float]]] = {}
+    for record in records:
+        p, y = groups.setdefault(f"{record.agent} v{record.policy_version}", ([], []))
+        p.append(record.p_yes)
+        y.append(record.y)
+    path = plot_reliability(
+        groups, reports_dir / f"reliability-{run_key}.png", title=f"Reliability {run_key}"
+    )
+    create_markdown_artifact(
+        markdown=_image_markdown(f"Reliability {run_key}", path),
+        key=RELIABILITY_KEY,
+        description=f"reliability diagram as of {run_key}",
+    )
+    return path
+
+
+def publish_training(
+    agent: str, steps: Sequence[Mapping[str, Any]], *, reports_dir: Path, run_key: str, title: str
+) -> Path:
+    """Training curves (loss, KL to the behaviour policy, clip fraction) as a PNG plus a
+    markdown table of the per-step metrics, keyed per agent."""
+    path = plot_training_curves(
+        steps, reports_dir / f"training-{artifact_key(agent)}-{run_key}.png"
+    )
+    header = ["step", *TRAINING_METRICS]
+    lines = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for i, step in enumerate(steps):
+        cells = [str(step.get("step", i))] + [_number(step.get(m)) for m in TRAINING_METRICS]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", _image_markdown("training curves", path)]
+    create_markdown_artifact(
+        markdown="\n".join(lines),
+        key=artifact_key("training", agent),
+        description=title,
+    )
+    return path
+
+
+def plot_training_curves(steps: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """One panel per metric in TRAINING_METRICS against the optimiser step."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.2))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(TRAINING_METRICS))
+    for ax, metric in zip(axes, TRAINING_METRICS, strict=True):
+        points = [
+            (float(s.get("step", i)), float(s[metric]))
+            for i, s in enumerate(steps)
+            if s.get(metric) is not None
+        ]
+        ax.plot([x for x, _ in points], [v for _, v in points], marker="o")
+        ax.set(xlabel="step", title=metric)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=100)
+    return path
+
+
+def _image_markdown(title: str, path: Path) -> str:
+    return f"![{title}]({path.resolve().as_uri()})\n\nPNG: `{path.resolve()}`\n"
+
+
+def _number(value: Any) -> str:
+    return "—" if value is None else f"{float(value):.4g}"
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()}
