@@ -196,3 +196,23 @@ def test_training_is_deterministic_on_cpu(tiny_model_dir, tmp_path):
     a = _tensors(one.checkpoint_path, "model.safetensors")
     b = _tensors(two.checkpoint_path, "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_lora_kl_penalty_measures_distance_from_the_base_without_adapter(tiny_model_dir, tmp_path):
+    config = dataclasses.replace(FAST, lora=True, lora_rank=4, kl_coef=0.1)
+    result = train_policy(tiny_model_dir, _scored(tiny_model_dir), config, tmp_path / "v1")
+    assert result.metrics[0]["kl_ref"] == pytest.approx(0, abs=1e-7)  # LoRA B starts at 0
+    assert result.metrics[1]["kl_ref"] > 0
+
+
+def test_kl_penalty_to_a_separate_reference_model(tiny_model_dir, tmp_path):
+    from tests.rl.rl_builders import build_tiny_model
+
+    reference = build_tiny_model(tmp_path / "ref", seed=9)
+    config = dataclasses.replace(FAST, kl_coef=0.1)
+    result = train_policy(
+        tiny_model_dir, _scored(tiny_model_dir), config, tmp_path / "v1", reference_dir=reference
+    )
+    assert result.metrics[0]["kl_ref"] > 1e-3
+    anchored = train_policy(tiny_model_dir, _scored(tiny_model_dir), config, tmp_path / "v1b")
+    assert anchored.metrics[0]["kl_ref"] == pytest.approx(0, abs=1e-7)  # reference = π_prox
