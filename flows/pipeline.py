@@ -72,7 +72,9 @@ def flow_context(as_of: str | None, db_url: str | None) -> Iterator[FlowContext]
     try:
         upgrade_database(engine)
         moment = parse_as_of(as_of)
-        yield FlowContext(settings=settings, engine=engine, as_of=moment, run_key=run_key_for(moment))
+        yield FlowContext(
+            settings=settings, engine=engine, as_of=moment, run_key=run_key_for(moment)
+        )
     finally:
         engine.dispose()
 
@@ -155,7 +157,9 @@ def _runner_factory(settings: Settings, agent: str) -> Any:
     return runner_factory(settings)
 
 
-@task(name="replay-and-train", task_run_name="train-{agent}", tags=[TRAIN_TAG], cache_policy=NO_CACHE)
+@task(
+    name="replay-and-train", task_run_name="train-{agent}", tags=[TRAIN_TAG], cache_policy=NO_CACHE
+)
 def train_task(
     ctx: FlowContext,
     agent: str,

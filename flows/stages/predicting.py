@@ -19,9 +19,11 @@ from storage.repositories.agents import get_agent, latest_policy_version
 from storage.repositories.questions import latest_outcomes, list_questions, open_questions_at
 from storage.repositories.rollouts import (
     claim_questions,
+    claim_workers,
     existing_samples,
     insert_rollouts,
     release_claims,
+    release_worker_claims,
 )
 
 GroupRunner = Callable[[Question, Sequence[int]], list[Trajectory]]
@@ -38,6 +40,25 @@ class PredictReport:
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def release_dead_local_claims(engine: Engine) -> int:
+    """Free the claims of predict workers on this host whose process is gone (killed midway),
+    so a rerun picks their groups up at once instead of waiting for the lease to expire."""
+    host = socket.gethostname()
+    with session_scope(engine) as session:
+        dead = [w for w in claim_workers(session, f"{host}:") if not _alive(w.rsplit(":", 1)[1])]
+        return release_worker_claims(session, dead)
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def predict(
@@ -63,6 +84,7 @@ def predict(
     """
     as_of = as_of or utc_now()
     worker = worker or default_worker_id()
+    release_dead_local_claims(engine)
     with session_scope(engine) as session:
         agent = get_agent(session, agent_name)
         version = latest_policy_version(session, agent.id).version

@@ -327,6 +327,24 @@ def release_claims(
     )
 
 
+def claim_workers(session: Session, prefix: str) -> list[str]:
+    """Workers holding claims whose id starts with `prefix` (e.g. this host's)."""
+    statement = select(PredictionClaimRow.worker).where(
+        PredictionClaimRow.worker.startswith(prefix)
+    )
+    return sorted(set(session.scalars(statement)))
+
+
+def release_worker_claims(session: Session, workers: Sequence[str]) -> int:
+    """Drop every claim of these (dead) workers; their groups become claimable again."""
+    if not workers:
+        return 0
+    result = session.execute(
+        delete(PredictionClaimRow).where(PredictionClaimRow.worker.in_(list(workers)))
+    )
+    return int(result.rowcount or 0)
+
+
 def count_rollouts(session: Session, agent_id: int | None = None) -> int:
     statement = select(func.count()).select_from(RolloutRow)
     if agent_id is not None:
