@@ -144,16 +144,18 @@ def teach_actions(backend: LocalBackend, question: Question, steps: int = 30) ->
         add_special_tokens=False,
     )
     answer = tokenizer.encode("<probability>0.7</probability>", add_special_tokens=False)
-    examples = [(prompt, search), ([*prompt, *search, *observation], answer)]
+    # One sequence, loss on the two generated spans: half the compute of two examples.
+    sequence = [*prompt, *search, *observation, *answer]
+    targets = torch.full((len(sequence),), -100)
+    for start, span in ((len(prompt), search), (len(sequence) - len(answer), answer)):
+        targets[start : start + len(span)] = torch.tensor(span)
+    inputs = torch.tensor([sequence])
     model = backend.model
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     model.train()
     for _ in range(steps):
-        loss = torch.zeros(())
-        for context, target in examples:
-            ids = torch.tensor([[*context, *target]])
-            logits = model(input_ids=ids).logits[0, len(context) - 1 : -1]
-            loss = loss + torch.nn.functional.cross_entropy(logits, torch.tensor(target))
+        logits = model(input_ids=inputs).logits[0, :-1]
+        loss = torch.nn.functional.cross_entropy(logits, targets[1:], ignore_index=-100)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
