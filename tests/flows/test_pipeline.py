@@ -1,0 +1,107 @@
+"""The Prefect flows on the simulated world served on loopback: a daily cycle harvests,
+predicts with baseline agents, resolves, backfills and evaluates, publishing artifacts; a
+failing source is reported in the summary and the rest of the cycle still runs."""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import timedelta
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from sqlalchemy import func, select
+
+from flows.artifacts import CYCLE_SUMMARY_KEY, RELIABILITY_KEY, SCORES_KEY, artifact_key
+from flows.pipeline import FLOWS, daily_cycle_flow, evaluate_flow, parse_as_of, run_key_for
+from futureworld.domain import Agent
+from futureworld.world import SimClock, World, WorldConfig, serve_world
+from storage.engine import session_scope
+from storage.repositories.agents import ensure_agent
+from storage.tables import OutcomeRow, QuestionRow, RewardRow, RolloutRow
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def _count(engine, table) -> int:
+    with session_scope(engine) as session:
+        return int(session.scalar(select(func.count()).select_from(table)))
+
+
+def _latest_artifact(key: str):
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])), limit=50
+        )
+    assert found, f"no artifact {key!r}"
+    return max(found, key=lambda a: a.created)
+
+
+def test_flow_names_match_the_registry() -> None:
+    assert {name: f.name for name, f in FLOWS.items()} == {name: name for name in FLOWS}
+
+
+def test_as_of_accepts_dates_and_iso_datetimes_and_names_the_run_by_date() -> None:
+    assert run_key_for(parse_as_of("2026-03-04")) == "2026-03-04"
+    assert parse_as_of("2026-03-04T23:30:00-02:00").isoformat() == "2026-03-05T01:30:00+00:00"
+    with pytest.raises(ValueError, match="not-a-date"):
+        parse_as_of("not-a-date")
+    assert artifact_key("training", "Qwen 0.5B_v2") == "training-qwen-0-5b-v2"
+
+
+def test_daily_cycle_runs_the_loop_and_reports_a_failing_source(
+    prefect_harness, engine, db_url: str, tmp_path, monkeypatch
+) -> None:
+    world = World(WorldConfig(seed=5, questions_per_day=5, cancel_rate=0.0))
+    clock = SimClock(world.day_start(2) + timedelta(hours=12))
+    with session_scope(engine) as session:
+        for name in ("crowd", "uniform"):
+            ensure_agent(session, Agent(name=name, base_model=name, backend="baseline"))
+    with serve_world(world, clock) as server:
+        monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+        monkeypatch.setenv("FW_MANIFOLD_BASE_URL", server.manifold_base_url)
+        monkeypatch.setenv("FW_POLYMARKET_BASE_URL", _dead_url())
+        monkeypatch.setenv("FW_HTTP_MAX_RETRIES", "0")
+        monkeypatch.setenv("FW_HTTP_TIMEOUT_S", "2")
+        params = dict(db_url=db_url, sources=["manifold", "polymarket"], feeds=[], samples=1)
+
+        day2 = clock.now().isoformat()
+        stages = {s.stage: s for s in daily_cycle_flow(as_of=day2, **params)}
+        posed = _count(engine, QuestionRow)
+        assert stages["harvest"].counts["questions_new"] == posed > 0
+        assert any(e.startswith("polymarket:") for e in stages["harvest"].errors)
+        assert stages["predict crowd"].counts["rollouts"] == posed
+        assert stages["predict uniform"].counts["rollouts"] == posed
+        summary = _latest_artifact(CYCLE_SUMMARY_KEY).data
+        assert f"Daily cycle {run_key_for(clock.now())}" in summary
+        assert "polymarket" in summary and "What failed and why" in summary
+
+        # Re-running the same day changes nothing.
+        again = {s.stage: s for s in daily_cycle_flow(as_of=day2, **params)}
+        assert again["harvest"].counts["questions_new"] == 0
+        assert again["predict crowd"].counts["rollouts"] == 0
+        assert _count(engine, RolloutRow) == 2 * posed
+
+        clock.advance(days=9)
+        later = {s.stage: s for s in daily_cycle_flow(as_of=clock.now().isoformat(), **params)}
+    assert later["resolve"].counts["outcomes_recorded"] == posed
+    assert later["backfill"].counts["rewards_inserted"] > 0
+    assert later["evaluate"].counts["forecasts_scored"] == 2 * posed
+    assert _count(engine, OutcomeRow) == posed  # day 11 harvested new, still open questions
+    assert _count(engine, RewardRow) == later["backfill"].counts["rewards_inserted"]
+
+    scores = _latest_artifact(SCORES_KEY)
+    assert {row["agent"] for row in json.loads(scores.data)} >= {"crowd", "uniform"}
+    reliability = _latest_artifact(RELIABILITY_KEY).data
+    assert (tmp_path / "reports" / f"reliability-{run_key_for(clock.now())}.png").stat().st_size
+    assert "reliability-" in reliability
+
+    rows = evaluate_flow(as_of=clock.now().isoformat(), db_url=db_url)
+    uniform = next(r for r in rows if r["agent"] == "uniform" and r["source"] is None)
+    assert uniform["brier"] == 0.25 and uniform["n"] == posed
