@@ -277,6 +277,72 @@ def backfill_command(db: DbOption = None) -> None:
     )
 
 
+@app.command("train")
+def train_command(
+    agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
+    estimator: Annotated[
+        str, typer.Option(help="dr_grpo | grpo | rloo | forecast_info_gain | siop | sft")
+    ] = "dr_grpo",
+    max_groups: Annotated[int | None, typer.Option(help="Replay at most this many groups.")] = None,
+    lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
+    reuse: Annotated[
+        bool, typer.Option("--reuse", help="Also replay groups this lineage trained on before.")
+    ] = False,
+    learning_rate: Annotated[float | None, typer.Option(help="AdamW learning rate.")] = None,
+    ppo_epochs: Annotated[int | None, typer.Option(help="Passes over the replayed data.")] = None,
+    sft: Annotated[bool, typer.Option("--sft", help="Supervised fine-tuning.")] = False,
+    from_jsonl: Annotated[
+        Path | None,
+        typer.Option("--from-jsonl", help='SFT data: {"prompt": …, "completion": …} per line.'),
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue from this checkpoint's state.")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Replay completed groups into a staleness-corrected update; register the new version."""
+    from flows.stages.training import replay_and_train, supervised_finetune
+
+    settings = Settings().with_db(db)
+    engine = _engine(db)
+    overrides = {
+        k: v
+        for k, v in {"learning_rate": learning_rate, "ppo_epochs": ppo_epochs}.items()
+        if v is not None
+    }
+    if sft:
+        if from_jsonl is None:
+            raise typer.BadParameter("--sft needs --from-jsonl FILE")
+        from flows.runtime import sft_trajectories_from_jsonl
+
+        trajectories = sft_trajectories_from_jsonl(engine, settings, agent, from_jsonl)
+        report = supervised_finetune(
+            engine, settings, agent, trajectories, lora=lora, config_overrides=overrides
+        )
+    else:
+        report = replay_and_train(
+            engine,
+            settings,
+            agent,
+            estimator=estimator,
+            max_groups=max_groups,
+            lora=lora,
+            reuse=reuse,
+            config_overrides=overrides,
+            resume_from=resume,
+        )
+    if report is None:
+        console.print("nothing to train on: no completed, unconsumed group with 2+ scored rollouts")
+        return
+    last = report.steps[-1] if report.steps else {}
+    console.print(
+        f"{report.agent}: v{report.from_version} → v{report.to_version} on {report.rollouts} "
+        f"rollouts ({report.groups} groups, {report.groups_skipped} skipped, "
+        f"{report.remaining_groups} left); {len(report.steps)} steps, "
+        f"last loss {last.get('loss', float('nan')):.4f}; checkpoint {report.checkpoint_path}"
+    )
+
+
 @app.command("evaluate")
 def evaluate_command(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,

@@ -159,3 +159,34 @@ def runner_factory(
 def hash_seed(*parts: int | None) -> int:
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:4], "little")
+
+
+def agent_tokenizer(engine: Engine, agent_name: str) -> tuple[Agent, PolicyVersion, Any]:
+    """The agent, its newest policy version and that version's tokenizer (local files only)."""
+    from transformers import AutoTokenizer
+
+    from storage.repositories.agents import get_agent, latest_policy_version
+
+    with session_scope(engine) as session:
+        agent = get_agent(session, agent_name)
+        version = latest_policy_version(session, agent.id)
+    source = Path(version.checkpoint_path)
+    if not (source / "tokenizer_config.json").is_file():
+        source = Path(agent.base_model)
+    return agent, version, AutoTokenizer.from_pretrained(source, local_files_only=True)
+
+
+def sft_trajectories_from_jsonl(
+    engine: Engine, settings: Settings, agent_name: str, path: Path
+) -> list[Trajectory]:
+    """Demonstrations from a JSONL file, tokenized with the agent's tokenizer."""
+    from futureworld.agent.demonstrations import demonstration_trajectory, read_demonstrations
+
+    agent, version, tokenizer = agent_tokenizer(engine, agent_name)
+    demonstrations = read_demonstrations(path.read_text(encoding="utf-8"), str(path))
+    return [
+        demonstration_trajectory(
+            tokenizer, d, agent_id=agent.id, policy_version=version.version, sample_index=i
+        )
+        for i, d in enumerate(demonstrations)
+    ]
