@@ -1,0 +1,1 @@
+"""The forecasting agent: prompts, answer and action parsing, tools, the multi-turn loop."""

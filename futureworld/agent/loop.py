@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 
+from transformers import PreTrainedTokenizerBase
+
 from futureworld.agent.parsing import ACTION_STOP_STRINGS, Action, ActionKind, parse_answer
 from futureworld.agent.parsing import parse_action as parse_action_text
 from futureworld.agent.prompts import BELIEF_PREFIX, encode_prompt, observation_frame
@@ -138,7 +140,8 @@ def run_group(
             generate_s += time.perf_counter() - t0
 
     total_s = time.perf_counter() - started
-    sampling = {**turn_params.to_dict(), "agent": asdict(config), "backend": backend.describe()}
+    recorded = replace(params, max_new_tokens=config.max_new_tokens, stop=stops)
+    sampling = {**recorded.to_dict(), "agent": asdict(config), "backend": backend.describe()}
     trajectories = []
     for r in rollouts:
         p_yes, status = parse_answer(r.last_text)
@@ -167,7 +170,7 @@ def run_group(
 
 
 def _append_generation(
-    rollout: _Rollout, generation: Generation, budget: int, tokenizer: object
+    rollout: _Rollout, generation: Generation, budget: int, tokenizer: PreTrainedTokenizerBase
 ) -> Action:
     """Append one assistant turn (mask 1); settle the stop reason if the turn ends the rollout."""
     ids, logprobs = generation.token_ids, generation.logprobs
@@ -213,7 +216,7 @@ def _call_tool(
     prompt: Sequence[int],
     frame: tuple[str, str],
     config: AgentConfig,
-    tokenizer: object,
+    tokenizer: PreTrainedTokenizerBase,
 ) -> None:
     """Run the search/open, then append its observation once-tokenized with mask 0."""
     t0 = time.perf_counter()
@@ -279,7 +282,7 @@ def _open_article(argument: str, corpus: Corpus, as_of: datetime) -> str:
     return format_article(article)
 
 
-def _truncate_middle(content: str, max_tokens: int, tokenizer: object) -> str:
+def _truncate_middle(content: str, max_tokens: int, tokenizer: PreTrainedTokenizerBase) -> str:
     """Keep the head and tail of an over-long observation, with a marker between."""
     ids = tokenizer.encode(content, add_special_tokens=False)
     if len(ids) <= max_tokens:

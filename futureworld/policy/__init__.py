@@ -1,0 +1,1 @@
+"""Generation backends behind one protocol: local transformers, vLLM over HTTP, tiny models."""

@@ -100,7 +100,8 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
 def serve_completions(state: ServerState) -> Iterator[str]:
     """Run the server on a free loopback port; yield its base URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    server.daemon_threads = True
+    # Handler threads are joined on close, so none is left running torch at exit.
+    server.daemon_threads = False
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
