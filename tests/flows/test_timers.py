@@ -1,0 +1,130 @@
+"""Resolution timers on a real job store in the project's database (Postgres and SQLite):
+jobs survive a scheduler restart, scheduling is idempotent, and a check missed while the
+scheduler was down runs on start and records the outcome from the served world."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED
+
+from flows.settings import Settings
+from flows.stages.harvesting import harvest
+from flows.timers import job_id, make_scheduler, schedule_check, schedule_resolution_checks
+from futureworld.domain import Question, QuestionStatus
+from futureworld.world import SimClock, World, WorldConfig, serve_world
+from storage.engine import session_scope
+from storage.repositories.questions import latest_outcomes, list_questions
+
+NOW = datetime.now(UTC)
+
+
+def _question(qid: int, close_in_h: float | None, resolve_in_h: float | None) -> Question:
+    def at(hours: float | None) -> datetime | None:
+        return None if hours is None else NOW + timedelta(hours=hours)
+
+    return Question(
+        id=qid,
+        source="manifold",
+        external_id=f"q{qid}",
+        title=f"question {qid}?",
+        created_at=NOW - timedelta(days=1),
+        info_cutoff_at=NOW - timedelta(days=1),
+        close_at=at(close_in_h),
+        resolve_by=at(resolve_in_h),
+    )
+
+
+def _jobs(scheduler) -> dict[str, datetime]:
+    return {job.id: job.next_run_time for job in scheduler.get_jobs(jobstore="default")}
+
+
+def test_timers_persist_across_a_scheduler_restart_and_scheduling_is_idempotent(
+    db_url: str,
+) -> None:
+    questions = [
+        _question(1, 24, 72),
+        _question(2, 48, None),
+        _question(3, -48, -47),  # long past: left to the daily cycle
+        Question(**{**_question(4, 5, 6).__dict__, "status": QuestionStatus.RESOLVED}),
+    ]
+    first = make_scheduler(db_url)
+    first.start(paused=True)
+    first.remove_all_jobs()  # the Postgres database is shared by the session's tests
+    ids = schedule_resolution_checks(first, questions, db_url=db_url, now=NOW)
+    assert ids == [job_id(1, "close"), job_id(1, "resolve-by"), job_id(2, "close")]
+    schedule_resolution_checks(first, questions, db_url=db_url, now=NOW)
+    before = _jobs(first)
+    first.shutdown(wait=False)
+
+    second = make_scheduler(db_url)
+    second.start(paused=True)
+    try:
+        after = _jobs(second)
+        assert after == before
+        assert after[job_id(1, "close")] == questions[0].close_at
+        assert second.get_job(job_id(1, "close")).args == (1, db_url)
+    finally:
+        second.shutdown(wait=False)
+
+    with pytest.raises(ValueError, match="unknown check kind"):
+        schedule_check(second, 1, "tomorrow", NOW, db_url)
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_missed_check_runs_on_start_and_records_the_outcome(
+    engine, db_url: str, tmp_path, monkeypatch
+) -> None:
+    world = World(WorldConfig(seed=4, questions_per_day=3, cancel_rate=0.0))
+    clock = SimClock(world.day_start(1) + timedelta(hours=12))
+    with serve_world(world, clock) as server:
+        monkeypatch.setenv("FW_MANIFOLD_BASE_URL", server.manifold_base_url)
+        monkeypatch.setenv("FW_HTTP_MAX_RETRIES", "0")
+        monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+        settings = Settings()
+        harvest(engine, settings, sources=["manifold"], feeds=[], now=clock.now(), run_key="d1")
+        with session_scope(engine) as session:
+            target, *others = list_questions(session)
+        clock.advance(days=9)  # the served world now knows every outcome
+
+        # Scheduled while the scheduler is up, due one second later, then the scheduler is down.
+        down = make_scheduler(db_url)
+        down.start(paused=True)
+        down.remove_all_jobs()
+        schedule_check(down, target.id, "close", datetime.now(UTC) + timedelta(seconds=1), db_url)
+        down.shutdown(wait=False)
+        threading.Event().wait(1.5)
+
+        ran = threading.Event()
+        results: list[int] = []
+
+        def listener(event) -> None:
+            results.append(event.code)
+            ran.set()
+
+        up = make_scheduler(db_url)
+        up.add_listener(listener, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+        up.start()
+        try:
+            assert ran.wait(30), "the missed check did not run on start"
+        finally:
+            up.shutdown(wait=True)
+    assert results == [EVENT_JOB_EXECUTED]
+    with session_scope(engine) as session:
+        outcomes = latest_outcomes(session)
+    assert set(outcomes) == {target.id}  # only the timed question, not the others
+    assert others
+    again = make_scheduler(db_url)
+    again.start(paused=True)
+    try:
+        assert job_id(target.id, "close") not in _jobs(again)  # a date job is gone once run
+    finally:
+        again.shutdown(wait=False)
