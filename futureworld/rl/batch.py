@@ -181,8 +181,14 @@ def _backbone_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
 def _chunk_logprobs(
     hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float
 ) -> tuple[Tensor, Tensor]:
-    """(N, H) hidden states, (N,) targets → log π(target), entropy; both (N,)."""
-    logp_all = (head(hidden).float() / temperature).log_softmax(-1)
+    """(N, H) hidden states, (N,) targets → log π(target), entropy; both (N,).
+
+    The vocabulary projection runs in fp32 even under bf16 autocast: bf16 logits carry
+    ~3 significant digits, enough noise in log π to swamp the π_θ/π_prox ratios near 1.
+    """
+    with torch.autocast(hidden.device.type, enabled=False):
+        logits = head(hidden.float())
+    logp_all = (logits.float() / temperature).log_softmax(-1)
     logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
     with torch.no_grad():
         entropy = -(logp_all.exp() * logp_all).sum(-1)

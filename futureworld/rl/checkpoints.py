@@ -152,8 +152,16 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, checkpoint_dir: Path)
     optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
 
-def load_trainer_state(checkpoint_dir: Path) -> dict[str, Any]:
+def load_trainer_state(checkpoint_dir: Path, *, lora: bool) -> dict[str, Any]:
+    """The trainer state of a checkpoint to resume, refused if it was trained the other way."""
     path = Path(checkpoint_dir) / TRAINER_STATE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{checkpoint_dir} has no {TRAINER_STATE_FILE} to resume from")
-    return json.loads(path.read_text())
+    state = json.loads(path.read_text())
+    if state["config"]["lora"] != lora:
+        kind = {True: "LoRA", False: "full"}
+        raise ValueError(
+            f"cannot resume {kind[lora]} training from {checkpoint_dir}, "
+            f"a {kind[state['config']['lora']]} fine-tuning checkpoint"
+        )
+    return state

@@ -69,6 +69,29 @@ def as_scored_rollouts(
     return out
 
 
+def check_rollouts(rollouts: Sequence[ScoredRollout], config: TrainConfig, vocab_size: int) -> None:
+    """Refuses token ids the model cannot embed and behaviour log-probs taken at another
+    temperature (μ must be the distribution π_prox is computed at: logits / T)."""
+    for rollout in rollouts:
+        traj = rollout.trajectory
+        ids = traj.prompt_token_ids + traj.completion_token_ids
+        if ids and not 0 <= min(ids) <= max(ids) < vocab_size:
+            raise ValueError(
+                f"rollout {traj.idempotency_key} has token ids outside the model's "
+                f"vocabulary of {vocab_size} (min {min(ids)}, max {max(ids)})"
+            )
+        sampled_at = (
+            traj.sampling.get("temperature")
+            if config.objective is Objective.DECOUPLED_PPO
+            else None
+        )
+        if sampled_at is not None and abs(float(sampled_at) - config.temperature) > 1e-6:
+            raise ValueError(
+                f"rollout {traj.idempotency_key} was sampled at temperature {sampled_at} "
+                f"but the update recomputes log-probs at {config.temperature}"
+            )
+
+
 def _autocast(config: TrainConfig, device: torch.device):
     dtype = config.autocast_dtype(device)
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
@@ -203,12 +226,14 @@ def train_policy(
             f"{config.estimator} (fewer than 2 usable rollouts each)"
         )
     resume = Path(resume_from) if resume_from is not None else None
+    resumed = load_trainer_state(resume, lora=config.lora) if resume is not None else {}
     model = load_policy(
         model_dir,
         config,
         adapter_dir=Path(adapter_dir) if adapter_dir else None,
         resume_from=resume,
     ).to(device)
+    check_rollouts(advantages.rollouts, config, model.get_input_embeddings().num_embeddings)
     trajectories = [r.trajectory for r in advantages.rollouts]
     rows = pack_trajectories(trajectories, advantages.token_advantages, config.micro_batch_tokens)
     rows = [r.to(device) for r in rows]
@@ -222,7 +247,7 @@ def train_policy(
     global_step = 0
     if resume is not None:
         load_optimizer_state(optimizer, resume)
-        global_step = int(load_trainer_state(resume)["global_step"])
+        global_step = int(resumed["global_step"])
     staleness = [r.staleness for r in advantages.rollouts]
     history: list[dict[str, float]] = []
     for epoch in range(config.ppo_epochs):

@@ -216,3 +216,36 @@ def test_kl_penalty_to_a_separate_reference_model(tiny_model_dir, tmp_path):
     assert result.metrics[0]["kl_ref"] > 1e-3
     anchored = train_policy(tiny_model_dir, _scored(tiny_model_dir), config, tmp_path / "v1b")
     assert anchored.metrics[0]["kl_ref"] == pytest.approx(0, abs=1e-7)  # reference = π_prox
+
+
+def test_resuming_lora_training_from_a_full_checkpoint_is_refused(tiny_model_dir, tmp_path):
+    data = _scored(tiny_model_dir)
+    full = train_policy(tiny_model_dir, data, FAST, tmp_path / "v1")
+    lora = dataclasses.replace(FAST, lora=True)
+    with pytest.raises(ValueError, match="full fine-tuning checkpoint"):
+        train_policy(tiny_model_dir, data, lora, tmp_path / "v2", resume_from=full.checkpoint_path)
+    assert not (tmp_path / "v2").exists()
+
+
+def test_token_ids_outside_the_vocabulary_are_refused(tiny_model_dir, tmp_path):
+    data = [make_rollout(sample_index=i, completion=(4, 5, 999), reward=-i) for i in range(2)]
+    with pytest.raises(ValueError, match="outside the model's vocabulary"):
+        train_policy(tiny_model_dir, data, FAST, tmp_path / "v1")
+
+
+def test_behaviour_logprobs_at_another_temperature_are_refused(tiny_model_dir, tmp_path):
+    data = _scored(tiny_model_dir)
+    data = [
+        dataclasses.replace(
+            r, trajectory=dataclasses.replace(r.trajectory, sampling={"temperature": 0.7})
+        )
+        for r in data
+    ]
+    with pytest.raises(ValueError, match=r"temperature 0\.7"):
+        train_policy(tiny_model_dir, data, FAST, tmp_path / "v1")
+    assert (
+        train_policy(
+            tiny_model_dir, data, dataclasses.replace(FAST, temperature=0.7), tmp_path / "v1"
+        ).steps
+        == 2
+    )
