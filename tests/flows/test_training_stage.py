@@ -1,0 +1,186 @@
+"""Replay-and-train on real stored rollouts of a tiny model: a new version is registered
+with its parent and checksum, consumption makes replay exactly-once, the next predict uses
+the new version, and a crash while checkpointing registers nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.runtime import runner_factory
+from flows.settings import Settings
+from flows.stages.predicting import predict
+from flows.stages.scoring import backfill_rewards
+from flows.stages.training import replay_and_train
+from futureworld.domain import Agent, Outcome, OutcomeStatus, Question
+from futureworld.policy.tiny import init_tiny_model
+from futureworld.rl.checkpoints import checkpoint_sha256
+from storage.engine import session_scope
+from storage.repositories.agents import ensure_agent, get_agent, latest_policy_version
+from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
+from storage.repositories.training import train_steps
+from storage.tables import ReplayConsumptionRow, TrainingRunRow
+
+CUTOFF = datetime(2026, 5, 1, tzinfo=UTC)
+GENERATION = {"temperature": 1.0, "max_turns": 1, "max_new_tokens": 12, "max_total_tokens": 512}
+FAST = {"learning_rate": 1e-3}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return init_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=2)
+
+
+def _scored_world(engine, model: Path, settings: Settings, n_questions: int = 3) -> None:
+    questions = [
+        Question(
+            source="test",
+            external_id=f"q{i}",
+            title=f"Will event {i} happen?",
+            created_at=CUTOFF,
+            info_cutoff_at=CUTOFF,
+            close_at=CUTOFF + timedelta(days=2),
+        )
+        for i in range(n_questions)
+    ]
+    with session_scope(engine) as session:
+        upsert_questions(session, questions)
+        ensure_agent(
+            session,
+            Agent(name="tiny", base_model=str(model), backend="local", generation=GENERATION),
+        )
+    predict(
+        engine, "tiny", samples=3, as_of=CUTOFF, runner_factory=runner_factory(settings, engine)
+    )
+    with session_scope(engine) as session:
+        record_outcomes(
+            session,
+            [
+                Outcome(
+                    question_id=q.id,
+                    revision=0,
+                    status=OutcomeStatus.RESOLVED,
+                    value=float(i % 2),
+                    resolved_at=CUTOFF + timedelta(days=3),
+                )
+                for i, q in enumerate(list_questions(session))
+            ],
+        )
+    backfill_rewards(engine)
+
+
+def _count(engine, table) -> int:
+    with session_scope(engine) as session:
+        return int(session.scalar(select(func.count()).select_from(table)))
+
+
+def test_replay_and_train_registers_a_new_version_exactly_once(
+    engine, tiny_model, tmp_path
+) -> None:
+    settings = Settings(data_dir=tmp_path)
+    _scored_world(engine, tiny_model, settings)
+    report = replay_and_train(engine, settings, "tiny", config_overrides=FAST)
+    assert report is not None
+    assert (report.from_version, report.to_version, report.groups, report.rollouts) == (0, 1, 3, 9)
+    assert all(math.isfinite(step["loss"]) for step in report.steps)
+    with session_scope(engine) as session:
+        version = latest_policy_version(session, get_agent(session, "tiny").id)
+        assert version.version == 1 and version.parent_version == 0
+        assert version.checkpoint_sha256 == checkpoint_sha256(Path(version.checkpoint_path))
+        steps = train_steps(session, report.training_run_id)
+    assert len(steps) == len(report.steps) >= 1
+    assert "kl_behaviour" in steps[0].metrics or "clip_fraction" in steps[0].metrics
+    assert _count(engine, ReplayConsumptionRow) == 9
+
+    assert replay_and_train(engine, settings, "tiny", config_overrides=FAST) is None
+    again = replay_and_train(engine, settings, "tiny", reuse=True, config_overrides=FAST)
+    assert again is not None and again.to_version == 2
+    # Stale data (v0 rollouts trained into v2) is corrected, not dropped.
+    assert again.rollouts == 9
+
+    new = predict(
+        engine, "tiny", samples=2, as_of=CUTOFF, runner_factory=runner_factory(settings, engine)
+    )
+    assert new.policy_version == 2
+    assert new.questions == 0  # all questions are resolved by now: nothing open to forecast
+
+
+def test_crash_while_checkpointing_registers_no_version(
+    engine, tiny_model, tmp_path, monkeypatch
+) -> None:
+    settings = Settings(data_dir=tmp_path)
+    _scored_world(engine, tiny_model, settings)
+    real_replace = os.replace
+
+    def crash(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        replay_and_train(engine, settings, "tiny", config_overrides=FAST)
+    monkeypatch.setattr(os, "replace", real_replace)
+    with session_scope(engine) as session:
+        assert latest_policy_version(session, get_agent(session, "tiny").id).version == 0
+        statuses = list(session.scalars(select(TrainingRunRow.status)))
+    assert statuses == ["failed"]
+    assert _count(engine, ReplayConsumptionRow) == 0
+    assert not (tmp_path / "checkpoints" / "tiny" / "v1").exists()
+    report = replay_and_train(engine, settings, "tiny", config_overrides=FAST)
+    assert report is not None and report.to_version == 1
+
+
+def test_sft_from_jsonl_through_the_cli(engine, db_url: str, tiny_model, tmp_path) -> None:
+    with session_scope(engine) as session:
+        ensure_agent(
+            session,
+            Agent(name="tiny", base_model=str(tiny_model), backend="local", generation=GENERATION),
+        )
+    data = tmp_path / "demos.jsonl"
+    rows = [
+        {"prompt": f"Will event {i} happen?", "completion": "<probability>0.70</probability>"}
+        for i in range(4)
+    ]
+    rows.append(
+        {
+            "question": {"title": "Will it rain?", "info_cutoff_at": CUTOFF.isoformat()},
+            "completion": "<probability>0.20</probability>",
+        }
+    )
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    env = {"FW_DATA_DIR": str(tmp_path)}
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--agent",
+            "tiny",
+            "--sft",
+            "--from-jsonl",
+            str(data),
+            "--db",
+            db_url,
+            "--learning-rate",
+            "1e-3",
+        ],
+        env=env,
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    assert "v0 → v1" in result.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: needs a string field 'completion'"):
+        CliRunner().invoke(
+            app,
+            ["train", "--agent", "tiny", "--sft", "--from-jsonl", str(bad), "--db", db_url],
+            env=env,
+            catch_exceptions=False,
+        )
