@@ -120,13 +120,13 @@ def load_backend(settings: Settings, agent: Agent, version: PolicyVersion) -> Po
 
 def runner_factory(
     settings: Settings, engine: Engine, *, seed: int = 0
-) -> Callable[[Agent, int], GroupRunner]:
+) -> Callable[[Agent, int, datetime], GroupRunner]:
     """Builds the group runner of an LLM agent: its policy version's backend, the corpus
-    searched as of each question's cut-off, and the multi-turn loop."""
+    (searched as of min(forecast instant, the question's cut-off)), and the multi-turn loop."""
     from futureworld.agent.loop import run_group
     from storage.search import ArticleCorpus
 
-    def factory(agent: Agent, version_number: int) -> GroupRunner:
+    def factory(agent: Agent, version_number: int, as_of: datetime) -> GroupRunner:
         with session_scope(engine) as session:
             version = get_policy_version(session, agent.id, version_number)
         backend = load_backend(settings, agent, version)

@@ -71,13 +71,13 @@ def predict(
     worker: str | None = None,
     lease_s: float = 1800.0,
     claim_batch: int | None = None,
-    runner_factory: Callable[[Agent, int], GroupRunner] | None = None,
+    runner_factory: Callable[[Agent, int, datetime], GroupRunner] | None = None,
     on_group: Callable[[int], None] | None = None,
 ) -> PredictReport:
     """Forecast every question open at `as_of` that this agent's current policy version has
     not forecast yet (or has fewer than `samples` rollouts for).
 
-    `runner_factory(agent, policy_version)` builds the group runner for LLM agents; baseline
+    `runner_factory(agent, policy_version, as_of)` builds the group runner for LLM agents; baseline
     agents need none. Questions are claimed `claim_batch` at a time (default: one group for
     LLM agents, so a crash loses at most one group; a thousand for the instant baselines).
     `on_group(n_rollouts)` is called after each group (progress).
@@ -95,7 +95,7 @@ def predict(
     else:
         if runner_factory is None:
             raise ValueError(f"agent {agent_name!r} ({agent.backend}) needs a generation backend")
-        runner = runner_factory(agent, version)
+        runner = runner_factory(agent, version, as_of)
         claim_batch = claim_batch or 1
 
     n_questions = n_rollouts = 0
