@@ -133,7 +133,7 @@ def predict_task(ctx: FlowContext, agent: str, samples: int, limit: int | None) 
 
     with session_scope(ctx.engine) as session:
         backend = get_agent(session, agent).backend
-    factory = None if backend == "baseline" else _runner_factory(ctx.settings, agent)
+    factory = None if backend == "baseline" else _runner_factory(ctx, agent)
     return predict(
         ctx.engine,
         agent,
@@ -146,7 +146,7 @@ def predict_task(ctx: FlowContext, agent: str, samples: int, limit: int | None) 
     )
 
 
-def _runner_factory(settings: Settings, agent: str) -> Any:
+def _runner_factory(ctx: FlowContext, agent: str) -> Any:
     try:
         from flows.runtime import runner_factory
     except ImportError:
@@ -154,7 +154,7 @@ def _runner_factory(settings: Settings, agent: str) -> Any:
             f"agent {agent!r} needs a generation backend, and flows.runtime.runner_factory "
             "is not available in this installation"
         ) from None
-    return runner_factory(settings)
+    return runner_factory(ctx.settings, ctx.engine)
 
 
 @task(
