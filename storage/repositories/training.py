@@ -222,3 +222,14 @@ def train_steps(session: Session, run_id: int) -> list[TrainStep]:
         )
         for r in rows
     ]
+
+
+def train_steps_by_version(session: Session, agent_id: int) -> dict[int, float]:
+    """Mean staleness of the data that produced each trained version of an agent."""
+    rows = session.execute(
+        select(TrainingRunRow.to_version, func.avg(TrainStepRow.staleness))
+        .join(TrainStepRow, TrainStepRow.training_run_id == TrainingRunRow.id)
+        .where(TrainingRunRow.agent_id == agent_id, TrainingRunRow.to_version.is_not(None))
+        .group_by(TrainingRunRow.to_version)
+    ).all()
+    return {int(v): float(s) for v, s in rows if s is not None}
