@@ -12,12 +12,14 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from sqlalchemy import func, select
+from typer.testing import CliRunner
 
 from flows.artifacts import CYCLE_SUMMARY_KEY, RELIABILITY_KEY, SCORES_KEY, artifact_key
+from flows.orchestration_cli import DAILY_CRON, build_deployments, orchestration_app
 from flows.pipeline import FLOWS, daily_cycle_flow, evaluate_flow, parse_as_of, run_key_for
 from futureworld.domain import Agent
 from futureworld.world import SimClock, World, WorldConfig, serve_world
-from storage.engine import session_scope
+from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent
 from storage.tables import OutcomeRow, QuestionRow, RewardRow, RolloutRow
 
@@ -105,3 +107,34 @@ def test_daily_cycle_runs_the_loop_and_reports_a_failing_source(
     rows = evaluate_flow(as_of=clock.now().isoformat(), db_url=db_url)
     uniform = next(r for r in rows if r["agent"] == "uniform" and r["source"] is None)
     assert uniform["brier"] == 0.25 and uniform["n"] == posed
+
+
+def test_cycle_command_runs_the_daily_cycle_and_prints_each_stage(
+    prefect_harness, tmp_path, monkeypatch
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'fw.db'}"
+    monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+    engine = make_engine(db_url)
+    upgrade_database(engine)
+    with session_scope(engine) as session:
+        ensure_agent(session, Agent(name="uniform", base_model="uniform", backend="baseline"))
+    engine.dispose()
+    result = CliRunner().invoke(
+        orchestration_app, ["cycle", "--as-of", "2026-02-01", "--db", db_url]
+    )
+    assert result.exit_code == 0, result.output
+    for stage in ("harvest", "resolve", "backfill", "predict uniform", "evaluate"):
+        assert f"{stage}:" in result.output
+
+    bad = CliRunner().invoke(orchestration_app, ["cycle", "--as-of", "someday", "--db", db_url])
+    assert bad.exit_code != 0
+    assert "someday" in bad.output + str(bad.exception)
+
+
+def test_served_deployments_schedule_only_the_daily_cycle() -> None:
+    deployments = {d.name: d for d in build_deployments("sqlite:///x.db")}
+    assert set(deployments) == set(FLOWS)
+    (schedule,) = deployments["daily-cycle"].schedules
+    assert (schedule.schedule.cron, schedule.schedule.timezone) == (DAILY_CRON, "UTC")
+    assert all(not d.schedules for name, d in deployments.items() if name != "daily-cycle")
+    assert deployments["evaluate"].parameters == {"db_url": "sqlite:///x.db"}
