@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg.errors import UniqueViolation
 from sqlalchemy import delete, func, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from futureworld.domain import ParseStatus, StopReason, Trajectory, Turn, utc_now
@@ -128,7 +130,33 @@ def insert_rollouts(session: Session, trajectories: Sequence[Trajectory]) -> int
 
 
 def _copy_rollouts(session: Session, trajectories: Sequence[Trajectory]) -> dict[str, int]:
-    """COPY into a temporary table, then INSERT … ON CONFLICT DO NOTHING into `rollout`."""
+    """COPY the rollouts not stored yet straight into `rollout` (claims keep concurrent
+    workers off the same groups, so this is the common case); if another writer raced us to
+    one of them, fall back to COPY into a staging table + INSERT … ON CONFLICT DO NOTHING."""
+    keys = [t.idempotency_key for t in trajectories]
+    existing = set(
+        session.scalars(
+            select(RolloutRow.idempotency_key).where(RolloutRow.idempotency_key.in_(keys))
+        )
+    )
+    fresh = [t for t in trajectories if t.idempotency_key not in existing]
+    if not fresh:
+        return {}
+    values = [_rollout_values(t) for t in fresh]
+    try:
+        with session.begin_nested():
+            _copy_rows(session, "rollout", _ROLLOUT_COLUMNS, values)
+    except (IntegrityError, UniqueViolation):
+        return _copy_rollouts_staged(session, values)
+    rows = session.execute(
+        select(RolloutRow.id, RolloutRow.idempotency_key).where(
+            RolloutRow.idempotency_key.in_([t.idempotency_key for t in fresh])
+        )
+    ).all()
+    return {key: rid for rid, key in rows}
+
+
+def _copy_rollouts_staged(session: Session, values: Sequence[dict[str, Any]]) -> dict[str, int]:
     connection = session.connection()
     connection.execute(
         text(
@@ -137,9 +165,7 @@ def _copy_rollouts(session: Session, trajectories: Sequence[Trajectory]) -> dict
         )
     )
     connection.execute(text("TRUNCATE rollout_stage"))
-    _copy_rows(
-        session, "rollout_stage", _ROLLOUT_COLUMNS, [_rollout_values(t) for t in trajectories]
-    )
+    _copy_rows(session, "rollout_stage", _ROLLOUT_COLUMNS, values)
     columns = ", ".join(f'"{c}"' for c in _ROLLOUT_COLUMNS)
     rows = connection.execute(
         text(

@@ -262,3 +262,37 @@ def test_search_never_returns_articles_after_the_cutoff(engine) -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         corpus.search("reservoir", datetime(2026, 3, 10), k=3)
     assert corpus.search("!!! ''", cutoff, k=3) == []
+
+
+def test_rollout_copy_falls_back_to_upsert_when_another_writer_races(postgres_url: str) -> None:
+    """Writer B holds uncommitted copies of two of A's rollouts; A's COPY waits on them, B
+    commits, A's COPY hits the unique key and A falls back to INSERT … ON CONFLICT."""
+    import threading
+
+    from tests.conftest import _truncate_postgres
+
+    engine = make_engine(postgres_url)
+    _truncate_postgres(engine)
+    with session_scope(engine) as session:
+        upsert_questions(session, [make_question(1)])
+        qid = list_questions(session)[0].id
+        agent = ensure_agent(session, Agent(name="a", base_model="m", backend="local"))
+    batch = [_trajectory(qid, agent.id, s) for s in range(4)]
+    result: dict[str, int] = {}
+    with session_scope(engine) as writer_b:
+        insert_rollouts(writer_b, batch[:2])
+
+        def writer_a() -> None:
+            with session_scope(engine) as session:
+                result["inserted"] = insert_rollouts(session, batch)
+
+        thread = threading.Thread(target=writer_a)
+        thread.start()
+        thread.join(timeout=1.0)
+        assert thread.is_alive(), "A should wait on B's uncommitted keys"
+    thread.join(timeout=30)
+    assert result["inserted"] == 2
+    with session_scope(engine) as session:
+        assert count_rows(session, RolloutRow) == 4
+        assert count_rows(session, TurnRow) == 8
+    engine.dispose()
