@@ -3,9 +3,14 @@ database (PREFECT_HOME and telemetry are pinned in tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+
+CUTOFF = datetime(2026, 5, 1, tzinfo=UTC)
+GENERATION = {"temperature": 1.0, "max_turns": 1, "max_new_tokens": 12, "max_total_tokens": 512}
 
 
 @pytest.fixture(scope="session")
@@ -14,3 +19,65 @@ def prefect_harness() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=None):
         yield
+
+
+@pytest.fixture
+def scored_tiny_agent() -> Callable[[str, Path], None]:
+    """Builds, in a database, an LLM agent (tiny model) with three scored groups to train on."""
+    return _scored_tiny_agent
+
+
+def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
+    """A local tiny-model agent with three completed, rewarded groups of three rollouts."""
+    from flows.runtime import runner_factory
+    from flows.settings import Settings
+    from flows.stages.predicting import predict
+    from flows.stages.scoring import backfill_rewards
+    from futureworld.domain import Agent, Outcome, OutcomeStatus, Question
+    from futureworld.policy.tiny import init_tiny_model
+    from storage.engine import make_engine, session_scope, upgrade_database
+    from storage.repositories.agents import ensure_agent
+    from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
+
+    engine = make_engine(db_url)
+    upgrade_database(engine)
+    settings = Settings(data_dir=data_dir, db_url=db_url)
+    model = init_tiny_model(data_dir / "tiny-model", seed=2)
+    with session_scope(engine) as session:
+        upsert_questions(
+            session,
+            [
+                Question(
+                    source="test",
+                    external_id=f"q{i}",
+                    title=f"Will event {i} happen?",
+                    created_at=CUTOFF,
+                    info_cutoff_at=CUTOFF,
+                    close_at=CUTOFF + timedelta(days=2),
+                )
+                for i in range(3)
+            ],
+        )
+        ensure_agent(
+            session,
+            Agent(name="tiny", base_model=str(model), backend="local", generation=GENERATION),
+        )
+    predict(
+        engine, "tiny", samples=3, as_of=CUTOFF, runner_factory=runner_factory(settings, engine)
+    )
+    with session_scope(engine) as session:
+        record_outcomes(
+            session,
+            [
+                Outcome(
+                    question_id=q.id,
+                    revision=0,
+                    status=OutcomeStatus.RESOLVED,
+                    value=float(i % 2),
+                    resolved_at=CUTOFF + timedelta(days=3),
+                )
+                for i, q in enumerate(list_questions(session))
+            ],
+        )
+    backfill_rewards(engine)
+    engine.dispose()

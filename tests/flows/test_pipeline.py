@@ -17,11 +17,14 @@ from typer.testing import CliRunner
 from flows.artifacts import CYCLE_SUMMARY_KEY, RELIABILITY_KEY, SCORES_KEY, artifact_key
 from flows.orchestration_cli import DAILY_CRON, build_deployments, orchestration_app
 from flows.pipeline import FLOWS, daily_cycle_flow, evaluate_flow, parse_as_of, run_key_for
-from futureworld.domain import Agent
+from futureworld.domain import Agent, Question
 from futureworld.world import SimClock, World, WorldConfig, serve_world
 from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent
+from storage.repositories.questions import upsert_questions
+from storage.repositories.rollouts import count_rollouts
 from storage.tables import OutcomeRow, QuestionRow, RewardRow, RolloutRow
+from tests.flows.conftest import CUTOFF
 
 
 def _dead_url() -> str:
@@ -138,3 +141,48 @@ def test_served_deployments_schedule_only_the_daily_cycle() -> None:
     assert (schedule.schedule.cron, schedule.schedule.timezone) == (DAILY_CRON, "UTC")
     assert all(not d.schedules for name, d in deployments.items() if name != "daily-cycle")
     assert deployments["evaluate"].parameters == {"db_url": "sqlite:///x.db"}
+
+
+def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
+    prefect_harness, scored_tiny_agent, tmp_path, monkeypatch
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'fw.db'}"
+    monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+    scored_tiny_agent(db_url, tmp_path)
+    engine = make_engine(db_url)
+    with session_scope(engine) as session:
+        upsert_questions(
+            session,
+            [
+                Question(
+                    source="test",
+                    external_id="open",
+                    title="Will the open event happen?",
+                    created_at=CUTOFF,
+                    info_cutoff_at=CUTOFF,
+                    close_at=CUTOFF + timedelta(days=30),
+                )
+            ],
+        )
+    as_of = (CUTOFF + timedelta(days=4)).isoformat()
+    stages = {
+        s.stage: s
+        for s in daily_cycle_flow(as_of=as_of, db_url=db_url, feeds=[], samples=2, min_groups=3)
+    }
+    assert stages["train tiny"].counts["to_version"] == 1
+    assert stages["predict tiny"].counts == {"policy_version": 1, "questions": 1, "rollouts": 2}
+    assert stages["evaluate"].failed is None  # tiny-model answers rarely parse: few scored
+    training = _latest_artifact(artifact_key("training", "tiny")).data
+    assert "v0 → v1" in training and "kl_behaviour" in training
+    assert list((tmp_path / "reports").glob("training-tiny-*.png"))
+
+    # The same day again: nothing left to train on, nothing left to forecast.
+    again = {
+        s.stage: s
+        for s in daily_cycle_flow(as_of=as_of, db_url=db_url, feeds=[], samples=2, min_groups=3)
+    }
+    assert again["train tiny"].note.startswith("fewer than 3")
+    assert again["predict tiny"].counts["rollouts"] == 0
+    with session_scope(engine) as session:
+        assert count_rollouts(session) == 9 + 2
+    engine.dispose()

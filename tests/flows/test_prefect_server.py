@@ -11,26 +11,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
-from flows.runtime import runner_factory
-from flows.settings import Settings
-from flows.stages.predicting import predict
-from flows.stages.scoring import backfill_rewards
-from futureworld.domain import Agent, Outcome, OutcomeStatus, Question
-from futureworld.policy.tiny import init_tiny_model
-from storage.engine import make_engine, session_scope, upgrade_database
-from storage.repositories.agents import ensure_agent, get_agent, latest_policy_version
-from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
+from storage.engine import make_engine, session_scope
+from storage.repositories.agents import get_agent, latest_policy_version
 
 REPO = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
-CUTOFF = datetime(2026, 5, 1, tzinfo=UTC)
-GENERATION = {"temperature": 1.0, "max_turns": 1, "max_new_tokens": 12, "max_total_tokens": 512}
 
 
 def _free_port() -> int:
@@ -88,56 +78,12 @@ def _prefect(env: dict[str, str], *args: str, timeout: float = 180) -> str:
     return result.stdout
 
 
-def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
-    """A local tiny-model agent with three completed, rewarded groups of three rollouts."""
-    engine = make_engine(db_url)
-    upgrade_database(engine)
-    settings = Settings(data_dir=data_dir, db_url=db_url)
-    model = init_tiny_model(data_dir / "tiny-model", seed=2)
-    with session_scope(engine) as session:
-        upsert_questions(
-            session,
-            [
-                Question(
-                    source="test",
-                    external_id=f"q{i}",
-                    title=f"Will event {i} happen?",
-                    created_at=CUTOFF,
-                    info_cutoff_at=CUTOFF,
-                    close_at=CUTOFF + timedelta(days=2),
-                )
-                for i in range(3)
-            ],
-        )
-        ensure_agent(
-            session,
-            Agent(name="tiny", base_model=str(model), backend="local", generation=GENERATION),
-        )
-    predict(
-        engine, "tiny", samples=3, as_of=CUTOFF, runner_factory=runner_factory(settings, engine)
-    )
-    with session_scope(engine) as session:
-        record_outcomes(
-            session,
-            [
-                Outcome(
-                    question_id=q.id,
-                    revision=0,
-                    status=OutcomeStatus.RESOLVED,
-                    value=float(i % 2),
-                    resolved_at=CUTOFF + timedelta(days=3),
-                )
-                for i, q in enumerate(list_questions(session))
-            ],
-        )
-    backfill_rewards(engine)
-    engine.dispose()
-
-
-def test_deployments_run_on_a_real_server_with_a_process_worker(prefect_server, tmp_path) -> None:
+def test_deployments_run_on_a_real_server_with_a_process_worker(
+    prefect_server, scored_tiny_agent, tmp_path
+) -> None:
     env = {**prefect_server, "FW_DATA_DIR": str(tmp_path / "data")}
     db_url = f"sqlite:///{tmp_path / 'fw.db'}"
-    _scored_tiny_agent(db_url, tmp_path / "data")
+    scored_tiny_agent(db_url, tmp_path / "data")
 
     _prefect(env, "work-pool", "create", "futureworld", "--type", "process")
     deployed = _prefect(env, "deploy", "--all")
