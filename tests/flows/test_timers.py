@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,11 +14,17 @@ from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED
 
 from flows.settings import Settings
 from flows.stages.harvesting import harvest
-from flows.timers import job_id, make_scheduler, schedule_check, schedule_resolution_checks
+from flows.timers import (
+    job_id,
+    make_scheduler,
+    schedule_check,
+    schedule_resolution_checks,
+    start_timers,
+)
 from futureworld.domain import Question, QuestionStatus
 from futureworld.world import SimClock, World, WorldConfig, serve_world
 from storage.engine import session_scope
-from storage.repositories.questions import latest_outcomes, list_questions
+from storage.repositories.questions import latest_outcomes, list_questions, upsert_questions
 
 NOW = datetime.now(UTC)
 
@@ -27,9 +34,9 @@ def _question(qid: int, close_in_h: float | None, resolve_in_h: float | None) ->
         return None if hours is None else NOW + timedelta(hours=hours)
 
     return Question(
-        id=qid,
+        id=qid or None,
         source="manifold",
-        external_id=f"q{qid}",
+        external_id=f"q{qid}-{close_in_h}",
         title=f"question {qid}?",
         created_at=NOW - timedelta(days=1),
         info_cutoff_at=NOW - timedelta(days=1),
@@ -128,3 +135,27 @@ def test_a_missed_check_runs_on_start_and_records_the_outcome(
         assert job_id(target.id, "close") not in _jobs(again)  # a date job is gone once run
     finally:
         again.shutdown(wait=False)
+
+
+def test_started_timers_time_every_open_question_in_the_store(engine, db_url: str) -> None:
+    with session_scope(engine) as session:
+        upsert_questions(session, [_question(0, 24, None), _question(0, 30, 40)])
+        stored = list_questions(session)
+    scheduler = make_scheduler(db_url)
+    scheduler.start(paused=True)
+    scheduler.remove_all_jobs()
+    scheduler.shutdown(wait=False)
+
+    scheduler = make_scheduler(db_url)
+    start_timers(scheduler, engine, db_url)  # the refresh job runs at once
+    try:
+        deadline = time.monotonic() + 20
+        while len(_jobs(scheduler)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert set(_jobs(scheduler)) == {
+            job_id(stored[0].id, "close"),
+            job_id(stored[1].id, "close"),
+            job_id(stored[1].id, "resolve-by"),
+        }
+    finally:
+        scheduler.shutdown(wait=False)
