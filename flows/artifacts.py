@@ -18,6 +18,7 @@ SCORES_KEY = "evaluate-scores"
 SCORE_TABLE_KEY = "evaluate-score-table"
 RELIABILITY_KEY = "evaluate-reliability"
 CYCLE_SUMMARY_KEY = "daily-cycle-summary"
+HARVEST_SUMMARY_KEY = "harvest-summary"
 TRAINING_METRICS = ("loss", "kl_behaviour", "clip_fraction")
 
 
@@ -62,11 +63,13 @@ def summarise(stage: str, report: object, *, note: str = "") -> StageSummary:
     return StageSummary(stage=stage, counts=report_counts(report), errors=errors, note=note)
 
 
-def cycle_summary_markdown(run_key: str, stages: Sequence[StageSummary]) -> str:
+def cycle_summary_markdown(
+    run_key: str, stages: Sequence[StageSummary], *, title: str = "Daily cycle"
+) -> str:
     crashed = [s for s in stages if s.failed is not None]
     partial = sum(len(s.errors) for s in stages)
     lines = [
-        f"# Daily cycle {run_key}",
+        f"# {title} {run_key}",
         "",
         f"{len(stages)} stages: {len(stages) - len(crashed)} completed, {len(crashed)} failed; "
         f"{partial} partial errors.",
@@ -91,11 +94,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")[:500]
 
 
-def publish_cycle_summary(run_key: str, stages: Sequence[StageSummary]) -> str:
-    markdown = cycle_summary_markdown(run_key, stages)
-    create_markdown_artifact(
-        markdown=markdown, key=CYCLE_SUMMARY_KEY, description=f"daily cycle {run_key}"
-    )
+def publish_cycle_summary(
+    run_key: str, stages: Sequence[StageSummary], *, key: str = CYCLE_SUMMARY_KEY
+) -> str:
+    title = "Daily cycle" if key == CYCLE_SUMMARY_KEY else key.replace("-", " ").capitalize()
+    markdown = cycle_summary_markdown(run_key, stages, title=title)
+    create_markdown_artifact(markdown=markdown, key=key, description=f"{key} {run_key}")
     return markdown
 
 

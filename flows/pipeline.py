@@ -230,7 +230,11 @@ def harvest_flow(
     """Harvest open questions from `sources` and articles from `feeds` (default: settings)."""
     with flow_context(as_of, db_url) as ctx:
         report = harvest_task(ctx, sources, feeds)
-        artifacts.publish_cycle_summary(ctx.run_key, [artifacts.summarise("harvest", report)])
+        artifacts.publish_cycle_summary(
+            ctx.run_key,
+            [artifacts.summarise("harvest", report)],
+            key=artifacts.HARVEST_SUMMARY_KEY,
+        )
         return report
 
 
