@@ -5,10 +5,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
+from futureworld.agent.loop import AgentConfig, run_group
 from futureworld.policy.base import PolicyBackend, SamplingParams
 from futureworld.policy.local import LocalBackend
 from futureworld.policy.openai_http import BackendError, OpenAIHttpBackend
+from tests.agent.agent_doubles import RecordingCorpus, make_articles, make_question
 from tests.policy.completions_server import ServerState, serve_completions
 
 PARAMS = SamplingParams(temperature=0.9, max_new_tokens=20, seed=40, stop=("</search>",))
@@ -114,3 +117,34 @@ def test_connection_refused_is_a_clear_error(tiny_model_dir: Path):
     client = _client("http://127.0.0.1:9", tiny_model_dir, max_retries=1, backoff_s=0.0)
     with pytest.raises(BackendError, match="ConnectError"):
         client.generate([[1, 2, 3]], PARAMS)
+
+
+def test_agent_loop_runs_over_http_with_faithful_logprobs(
+    tiny_backend: LocalBackend, tiny_model_dir: Path
+):
+    state = ServerState(backend=tiny_backend)
+    params = SamplingParams(temperature=0.9, seed=3)
+    with serve_completions(state) as url:
+        trajectories = run_group(
+            make_question(),
+            _client(url, tiny_model_dir),
+            RecordingCorpus(make_articles()),
+            samples=3,
+            params=params,
+            agent_id=1,
+            policy_version=2,
+            config=AgentConfig(max_new_tokens=12),
+        )
+    assert len(trajectories) == 3
+    for trajectory in trajectories:
+        prompt = list(trajectory.prompt_token_ids)
+        ids = torch.tensor([prompt + list(trajectory.completion_token_ids)])
+        with torch.no_grad():
+            logits = tiny_backend.model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+        replay = torch.log_softmax(logits / params.temperature, -1).gather(
+            1, ids[0, len(prompt) :, None]
+        )
+        mask = torch.tensor(trajectory.loss_mask, dtype=torch.bool)
+        stored = torch.tensor(trajectory.behaviour_logprobs)
+        assert mask.any() and torch.allclose(replay.squeeze(1)[mask], stored[mask], atol=1e-4)
+        assert trajectory.sampling["backend"].startswith("openai:")
