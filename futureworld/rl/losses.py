@@ -161,6 +161,7 @@ def summarize_metrics(sums: Mapping[str, float]) -> dict[str, float]:
     return {
         "clip_low_fraction": sums.get("clip_low", 0.0) / kept_n,
         "clip_high_fraction": sums.get("clip_high", 0.0) / kept_n,
+        "clip_fraction": (sums.get("clip_low", 0.0) + sums.get("clip_high", 0.0)) / kept_n,
         "kl_behaviour": sums.get("kl_behaviour", 0.0) / mask_n,
         "chi2": sums.get("chi2", 0.0) / mask_n,
         "rejected_fraction": 1.0 - sums.get("kept_tokens", 0.0) / mask_n,

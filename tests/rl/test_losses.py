@@ -63,6 +63,7 @@ def test_hand_computed_clipped_and_capped_tokens():
     metrics = summarize_metrics(out.sums)
     assert metrics["clip_high_fraction"] == pytest.approx(1 / 3)
     assert metrics["clip_low_fraction"] == pytest.approx(1 / 3)
+    assert metrics["clip_fraction"] == pytest.approx(2 / 3)
     # χ² = mean((π_prox/μ)²) − 1 = (1 + 9 + 0.25)/3 − 1
     assert metrics["chi2"] == pytest.approx(10.25 / 3 - 1)
 
