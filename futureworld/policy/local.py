@@ -104,15 +104,9 @@ class LocalBackend:
         finish: list[FinishReason | None] = [None] * batch
         stop_hit: list[str | None] = [None] * batch
         active = list(range(batch))
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        logits, cache = self._prefill(input_ids, attention_mask, position_ids, prompts)
         for step in range(params.max_new_tokens):
-            logp = torch.log_softmax(out.logits[:, -1, :].float() / params.temperature, dim=-1)
+            logp = torch.log_softmax(logits.float() / params.temperature, dim=-1)
             if params.top_p < 1.0:
                 logp = _nucleus(logp, params.top_p)
             next_ids = torch.multinomial(logp.exp(), 1, generator=generator)
@@ -142,9 +136,10 @@ class LocalBackend:
                 input_ids=next_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                cache=out.cache,
+                cache=cache,
                 use_cache=True,
             )
+            logits, cache = out.logits[:, -1, :], out.cache
         return [
             Generation(
                 token_ids=tuple(tokens[row]),
@@ -154,6 +149,43 @@ class LocalBackend:
             )
             for row in range(batch)
         ]
+
+    def _prefill(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        prompts: Sequence[Sequence[int]],
+    ) -> tuple[torch.Tensor, object]:
+        """Last-position logits (B, V) and the KV cache of the prompts.
+
+        The G rollouts of a group start from one prompt: it is encoded once and its cache
+        repeated G times, which cuts the first turn's prefill by a factor G.
+        """
+        batch = input_ids.shape[0]
+        shared = batch > 1 and all(p == prompts[0] for p in prompts)
+        rows = slice(0, 1) if shared else slice(None)
+        out = self.model(
+            input_ids=input_ids[rows],
+            attention_mask=attention_mask[rows],
+            position_ids=position_ids[rows],
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits, cache = out.logits[:, -1, :], out.cache
+        if not shared:
+            return logits, cache
+        if not hasattr(cache, "batch_repeat_interleave"):  # A cache type we cannot repeat.
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            return out.logits[:, -1, :], out.cache
+        cache.batch_repeat_interleave(batch)
+        return logits.expand(batch, -1), cache
 
     def _candidates(self, stops: tuple[str, ...]) -> frozenset[int]:
         """Ids whose text contains the last character of some stop string (or a partial byte)."""

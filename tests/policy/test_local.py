@@ -121,3 +121,13 @@ def test_sampling_params_reject_bad_values():
         SamplingParams(stop="</search>")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="logprobs"):
         Generation(token_ids=(1, 2), logprobs=(0.0,), finish_reason=FinishReason.STOP)
+
+
+def test_a_group_sharing_one_prompt_samples_distinct_faithful_rows(tiny_backend: LocalBackend):
+    prompt = _prompts(tiny_backend)[0]
+    params = SamplingParams(temperature=1.2, max_new_tokens=16, seed=9)
+    generations = tiny_backend.generate([prompt] * 4, params)
+    assert len({g.token_ids for g in generations}) == 4
+    for generation in generations:
+        replay = _replay_logprobs(tiny_backend.model, prompt, generation, 1.2)
+        assert torch.allclose(replay, torch.tensor(generation.logprobs), atol=1e-4)
