@@ -103,15 +103,19 @@ def test_lora_changes_only_the_adapter(tiny_model_dir, tmp_path):
     assert len(optimizer["state"]) == len(trained)  # nothing but adapter weights was optimised
 
 
-def test_stale_behaviour_data_stays_finite_and_reports_rejections(tiny_model_dir, tmp_path):
-    stale_dir = tmp_path / "stale"
-    old = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+def _drifted(model_dir: Path, tmp_path: Path) -> Path:
+    """A copy of the model with several versions' worth of drift, exaggerated."""
+    old = AutoModelForCausalLM.from_pretrained(model_dir)
     torch.manual_seed(5)
-    with torch.no_grad():  # several versions of drift, exaggerated
+    with torch.no_grad():
         for p in old.parameters():
             p.add_(torch.randn_like(p) * 0.5)
-    old.save_pretrained(stale_dir)
-    rollouts = _scored(stale_dir, groups=3, group_size=4, staleness=6)
+    old.save_pretrained(tmp_path / "drifted")
+    return tmp_path / "drifted"
+
+
+def test_stale_behaviour_data_stays_finite_and_reports_rejections(tiny_model_dir, tmp_path):
+    rollouts = _scored(_drifted(tiny_model_dir, tmp_path), groups=3, group_size=4, staleness=6)
     seen = []
     result = train_policy(
         tiny_model_dir,
@@ -249,3 +253,46 @@ def test_behaviour_logprobs_at_another_temperature_are_refused(tiny_model_dir, t
         ).steps
         == 2
     )
+
+
+def test_grad_accumulation_over_micro_batches_equals_one_packed_batch(tiny_model_dir, tmp_path):
+    # 8 stale rollouts of 7 tokens: M2PO must decide over the step's batch, not per row
+    data = _scored(_drifted(tiny_model_dir, tmp_path), groups=2, group_size=4)
+    config = dataclasses.replace(FAST, m2po_tau=0.5)
+    one_row = train_policy(
+        tiny_model_dir, data, dataclasses.replace(config, micro_batch_tokens=64), tmp_path / "a"
+    )
+    accumulated = train_policy(
+        tiny_model_dir,
+        data,
+        dataclasses.replace(config, micro_batch_tokens=14, grad_accum_steps=4),
+        tmp_path / "b",
+    )
+    assert one_row.steps == accumulated.steps == 1
+    a = _tensors(one_row.checkpoint_path, "model.safetensors")
+    b = _tensors(accumulated.checkpoint_path, "model.safetensors")
+    first, second = one_row.metrics[0], accumulated.metrics[0]
+    assert first["loss"] == pytest.approx(second["loss"], abs=1e-6)
+    assert first["grad_norm"] == pytest.approx(second["grad_norm"], rel=1e-5)
+    assert 0 < first["rejected_fraction"] == second["rejected_fraction"] < 1
+    # Adam divides by √v, so near-zero gradients amplify float noise: 1% of a step is allowed
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-4, rtol=0)
+
+
+def test_lora_training_continues_the_adapter_of_the_previous_version(tiny_model_dir, tmp_path):
+    config = dataclasses.replace(FAST, lora=True, lora_rank=4)
+    v1 = train_policy(tiny_model_dir, _scored(tiny_model_dir), config, tmp_path / "v1")
+    v2 = train_policy(
+        tiny_model_dir,
+        _scored(tiny_model_dir, seed=1),
+        config,
+        tmp_path / "v2",
+        adapter_dir=v1.checkpoint_path,
+    )
+    # v1's adapter is already non-zero, so π_prox differs from the base and the update moves it on
+    before = _tensors(v1.checkpoint_path, "adapter_model.safetensors")
+    after = _tensors(v2.checkpoint_path, "adapter_model.safetensors")
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert v2.global_step == 2  # a new version starts a new optimizer and step count
