@@ -2,8 +2,9 @@
 
 Same tiny model, same prompt, same batch (G copies of the question's prompt) and the same
 number of decode steps (raw generate is forced to the loop's longest turn). The loop's
-extra cost is its own decode loop, stop-string checks, parsing and trajectory building.
-Target: overhead ratio (loop time / raw time) <= 1.15.
+extra cost is its own decode loop, stop-string checks, parsing and trajectory building;
+its saving is encoding the group's shared prompt once instead of G times.
+Target: overhead ratio (loop time / raw time) <= 1.15. About a minute on 2 idle cores.
 
     .venv/bin/python benchmarks/agent_loop.py
 """
