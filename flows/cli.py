@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flows.orchestration_cli import orchestration_app
 from flows.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -23,6 +24,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(import_app, name="import")
 app.add_typer(agent_app, name="agent")
 app.add_typer(model_app, name="model")
+app.add_typer(orchestration_app, name="orchestrate", help="Prefect deployments, cycles, timers.")
 
 console = Console()
 DbOption = Annotated[

@@ -167,6 +167,7 @@ def train_task(
     max_groups: int | None,
     lora: bool,
     min_groups: int,
+    train_overrides: dict[str, Any] | None = None,
 ) -> Any:
     from flows.stages.training import replay_and_train
 
@@ -178,6 +179,7 @@ def train_task(
         max_groups=max_groups,
         lora=lora,
         min_groups=min_groups,
+        config_overrides=train_overrides,
     )
 
 
@@ -300,6 +302,7 @@ def daily_cycle_flow(
     estimator: str = "dr_grpo",
     min_groups: int = 8,
     lora: bool = False,
+    train_overrides: dict[str, Any] | None = None,
 ) -> list[artifacts.StageSummary]:
     """harvest → resolve → backfill → per agent: train (LLM agents with ≥ `min_groups`
     completed groups), then predict → evaluate all agents. A failing stage is recorded in
@@ -326,6 +329,7 @@ def daily_cycle_flow(
                     None,
                     lora,
                     min_groups,
+                    train_overrides,
                     skipped=f"fewer than {min_groups} completed groups",
                 )
                 _publish_training(ctx, agent.name, report)
