@@ -17,7 +17,8 @@ from flows.settings import Settings
 from flows.stages.predicting import GroupRunner, PredictReport, predict
 from futureworld.agent.loop import AgentConfig
 from futureworld.domain import Agent, PolicyVersion, Question, Trajectory
-from futureworld.policy.base import PolicyBackend, SamplingParams
+from futureworld.policy.base import SamplingParams
+from futureworld.policy.loading import BackendKind, BackendSpec, load_backend
 from storage.engine import session_scope
 from storage.repositories.agents import get_policy_version
 
@@ -80,42 +81,37 @@ def generation_settings(generation: dict[str, Any]) -> tuple[AgentConfig, Sampli
     return loop, sampling
 
 
-def load_backend(settings: Settings, agent: Agent, version: PolicyVersion) -> PolicyBackend:
-    """The generation backend of one policy version.
+def backend_spec(settings: Settings, agent: Agent, version: PolicyVersion) -> BackendSpec:
+    """Describe the backend of one policy version.
 
     A checkpoint directory holding `adapter_config.json` is a LoRA adapter over the agent's
-    base model; otherwise it is a full model directory.
+    base model; otherwise it is a full model directory (which the HTTP backend cannot load:
+    a vLLM server serves adapters next to the base weights it was started with).
     """
     checkpoint = Path(version.checkpoint_path)
-    is_adapter = (checkpoint / "adapter_config.json").is_file()
-    if agent.backend == "local":
-        from futureworld.policy.local import LocalBackend
-
-        if is_adapter:
-            return LocalBackend.from_pretrained(
-                Path(agent.base_model), adapter_dir=checkpoint, device=settings.device
-            )
-        return LocalBackend.from_pretrained(checkpoint, device=settings.device)
-    if agent.backend == "openai":
-        from futureworld.policy.openai_http import OpenAIHttpBackend
-
-        if agent.base_url is None:
-            raise ValueError(f"agent {agent.name!r} uses the openai backend but has no base URL")
-        served = str(agent.generation.get("served_model", agent.base_model))
-        backend = OpenAIHttpBackend.from_tokenizer_dir(
-            Path(agent.base_model), base_url=agent.base_url, model=served
+    adapter = checkpoint if (checkpoint / "adapter_config.json").is_file() else None
+    try:
+        kind = BackendKind(agent.backend)
+    except ValueError:
+        raise ValueError(f"agent {agent.name!r}: unknown backend {agent.backend!r}") from None
+    if kind is BackendKind.LOCAL:
+        model_dir = Path(agent.base_model) if adapter is not None else checkpoint
+        return BackendSpec(
+            kind=kind, model_dir=model_dir, adapter_dir=adapter, device=settings.device
         )
-        if version.version == 0:
-            return backend
-        if not is_adapter:
-            raise ValueError(
-                f"{agent.name} v{version.version}: the HTTP backend serves LoRA adapters only; "
-                "train with --lora or serve the full checkpoint as its own model"
-            )
-        adapter_name = f"{agent.name}-v{version.version}"
-        backend.load_adapter(adapter_name, checkpoint)
-        return backend.with_model(adapter_name)
-    raise ValueError(f"agent {agent.name!r}: unknown backend {agent.backend!r}")
+    if version.version > 0 and adapter is None:
+        raise ValueError(
+            f"{agent.name} v{version.version}: the HTTP backend serves LoRA adapters only; "
+            "train with --lora or serve the full checkpoint as its own model"
+        )
+    return BackendSpec(
+        kind=kind,
+        model_dir=Path(agent.base_model),
+        adapter_dir=adapter,
+        base_url=agent.base_url,
+        served_model=agent.generation.get("served_model"),
+        adapter_name=f"{agent.name}-v{version.version}",
+    )
 
 
 def runner_factory(
@@ -129,7 +125,7 @@ def runner_factory(
     def factory(agent: Agent, version_number: int, as_of: datetime) -> GroupRunner:
         with session_scope(engine) as session:
             version = get_policy_version(session, agent.id, version_number)
-        backend = load_backend(settings, agent, version)
+        backend = load_backend(backend_spec(settings, agent, version))
         loop_config, sampling = generation_settings(agent.generation)
         corpus = ArticleCorpus(engine)
 
