@@ -91,3 +91,26 @@ def test_forecastbench_loop_end_to_end_and_idempotent(engine, db_url: str, tmp_p
     lo, hi = crowd_all["brier_ci"]
     assert lo < crowd_all["brier"] < hi
     assert plot.stat().st_size > 1000
+
+
+def test_bad_files_fail_clearly_and_write_nothing(engine, db_url: str, tmp_path) -> None:
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(QUESTIONS.read_text()[:5000])
+    bad_resolutions = tmp_path / "bad_resolutions.json"
+    data = json.loads(RESOLUTIONS.read_text())
+    data["resolutions"][7]["resolved_to"] = 1.5
+    bad_resolutions.write_text(json.dumps(data))
+    unknown = tmp_path / "unknown_source.json"
+    questions = json.loads(QUESTIONS.read_text())
+    questions["questions"][3]["source"] = "oracle"
+    unknown.write_text(json.dumps(questions))
+    cases = [
+        ((str(truncated),), "truncated.json"),
+        ((str(QUESTIONS), "--resolutions", str(bad_resolutions)), "resolutions[7]"),
+        ((str(unknown),), "oracle"),
+    ]
+    for args, needle in cases:
+        result = CliRunner().invoke(app, ["import", "forecastbench", *args, "--db", db_url])
+        assert result.exit_code == 2, result.output
+        assert needle in " ".join(result.output.split()), result.output
+        assert counts(engine) == {"question": 0, "outcome": 0, "rollout": 0, "reward": 0}
