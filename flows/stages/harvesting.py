@@ -26,9 +26,15 @@ from futureworld.domain import Outcome, OutcomeStatus
 from futureworld.sources.http import HttpConfig, SourceClient
 from futureworld.sources.platforms import SOURCES, SourceName
 from futureworld.sources.question_gen import generate_questions
+from futureworld.sources.question_judge import Complete, judge_question, verdict_to_resolution
 from futureworld.sources.rss import FeedState, fetch_feeds, read_feed_list
 from storage.engine import session_scope
-from storage.repositories.articles import get_feed_state, insert_articles, set_feed_state
+from storage.repositories.articles import (
+    articles_between,
+    get_feed_state,
+    insert_articles,
+    set_feed_state,
+)
 from storage.repositories.events import PipelineEvent, record_events
 from storage.repositories.questions import (
     question_ids,
@@ -214,8 +220,14 @@ def resolve(
     now: datetime,
     run_key: str,
     question_ids_filter: Sequence[int] | None = None,
+    judge: Complete | None = None,
 ) -> ResolveReport:
-    """Ask each question's source for the outcome of every open question past its close."""
+    """Ask each question's source for the outcome of every open question past its close.
+
+    Generated questions go to `judge` (a text completion over a policy backend) with the
+    articles published after their close; without a judge, or when the judge is unsure, they
+    are counted as waiting for manual resolution and the verdict is kept as an event.
+    """
     report = ResolveReport()
     events: list[PipelineEvent] = []
     with session_scope(engine) as session:
@@ -229,11 +241,13 @@ def resolve(
     report.checked = len(due)
     with SourceClient(http_config(settings)) as client:
         for name, external_ids in sorted(by_source.items()):
+            if name == GENERATED_SOURCE:
+                generated = [q for q in due if q.source == GENERATED_SOURCE]
+                _judge_generated(engine, generated, judge, now, run_key, report, events)
+                continue
             try:
                 source = SourceName(name)
             except ValueError:
-                if name == GENERATED_SOURCE:
-                    report.needs_manual += len(external_ids)
                 continue  # imported sets (forecastbench:*) resolve through their importer
             try:
                 result = SOURCES[source].fetch_resolutions(
@@ -276,6 +290,36 @@ def resolve(
     with session_scope(engine) as session:
         record_events(session, events)
     return report
+
+
+def _judge_generated(engine, questions, judge, now, run_key, report, events) -> None:
+    if judge is None:
+        report.needs_manual += len(questions)
+        return
+    outcomes = []
+    for question in questions:
+        with session_scope(engine) as session:
+            evidence = articles_between(session, question.close_at, now, limit=50)
+        verdict = judge_question(question, evidence, judge)
+        resolution = verdict_to_resolution(question, verdict, now=now)
+        if resolution is None:
+            report.needs_manual += 1
+            events.append(
+                PipelineEvent(
+                    run_key=run_key,
+                    stage="resolve",
+                    source=GENERATED_SOURCE,
+                    level="warning",
+                    kind="needs_manual",
+                    detail=f"question {question.id}: {verdict.verdict} at confidence "
+                    f"{verdict.confidence:.2f} citing {list(verdict.evidence_ids)}",
+                )
+            )
+            continue
+        outcomes.append(_outcome(question.id, resolution))
+    with session_scope(engine) as session:
+        recorded = record_outcomes(session, outcomes)
+    report.outcomes_recorded += len(recorded)
 
 
 def _outcome(question_id: int, resolution) -> Outcome:

@@ -81,3 +81,70 @@ def test_harvest_and_resolve_the_served_world_idempotently(engine, tmp_path) -> 
     first_id = questions[0].id
     manual = resolve_manually(engine, first_id, "annul", now=clock.now())
     assert manual is None or manual.revision == 2
+
+
+def test_generated_questions_resolve_through_the_judge_or_wait_for_a_person(
+    engine, tmp_path
+) -> None:
+    import json
+    import re
+    from datetime import UTC, datetime
+
+    from futureworld.domain import Article, Question
+    from storage.repositories.articles import insert_articles
+    from storage.repositories.questions import latest_outcomes, upsert_questions
+
+    closed = datetime(2026, 4, 1, tzinfo=UTC)
+    questions = [
+        Question(
+            source="rss",
+            external_id=f"gen-{i}",
+            title=title,
+            created_at=closed,
+            info_cutoff_at=closed - timedelta(days=5),
+            close_at=closed,
+        )
+        for i, title in enumerate(
+            [
+                "Will Arden Bank announce a merger by April 1?",
+                "Will the Lune bridge reopen by April 1?",
+            ]
+        )
+    ]
+    news = Article(
+        feed="f",
+        guid="after",
+        link="https://news.test/after",
+        title="Arden Bank announces merger",
+        summary="The merger was announced.",
+        published_at=closed + timedelta(hours=5),
+        fetched_at=closed,
+    )
+    with session_scope(engine) as session:
+        upsert_questions(session, questions)
+        insert_articles(session, [news])
+    settings = Settings(data_dir=tmp_path)
+    now = closed + timedelta(days=1)
+
+    waiting = resolve(engine, settings, now=now, run_key="judge")
+    assert (waiting.checked, waiting.needs_manual, waiting.outcomes_recorded) == (2, 2, 0)
+
+    def judge(prompt: str) -> str:
+        """A scripted judge: sure about the merger (citing the article it was shown)."""
+        if "Question: Will Arden Bank" in prompt:
+            article_id = re.search(r"\[(\d+)\]|id[=: ]+(\d+)", prompt)
+            cited = next(g for g in article_id.groups() if g) if article_id else "1"
+            return json.dumps(
+                {"verdict": "yes", "evidence": [cited], "confidence": 0.9, "rationale": "announced"}
+            )
+        return json.dumps({"verdict": "unknown", "evidence": [], "confidence": 0.2})
+
+    report = resolve(engine, settings, now=now, run_key="judge", judge=judge)
+    assert (report.outcomes_recorded, report.needs_manual) == (1, 1)
+    with session_scope(engine) as session:
+        [outcome] = latest_outcomes(session).values()
+        events = event_counts(session, "judge")
+    assert outcome.value == 1.0
+    assert outcome.raw["judge_verdict"] == "yes" and outcome.raw["confidence"] == 0.9
+    assert outcome.raw["evidence_ids"]
+    assert events[("resolve", "rss", "needs_manual")] == 1
