@@ -271,5 +271,6 @@ class TrainStep:
     step: int
     loss: float
     metrics: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
-    """clip_fraction, kl_behaviour, chi2, rejected_fraction, staleness, entropy, grad_norm, tokens_per_s …"""
+    """clip_fraction, kl_behaviour, chi2, rejected_fraction, staleness_mean, entropy, grad_norm,
+    tokens_per_s …"""
     id: int | None = None
