@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,14 +18,12 @@ from flows.cli import app
 from flows.runtime import runner_factory
 from flows.settings import Settings
 from flows.stages.predicting import predict
-from flows.stages.scoring import backfill_rewards
 from flows.stages.training import replay_and_train
-from futureworld.domain import Agent, Outcome, OutcomeStatus, Question
+from futureworld.domain import Agent
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.checkpoints import checkpoint_sha256
 from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent, get_agent, latest_policy_version
-from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
 from storage.repositories.training import train_steps
 from storage.tables import ReplayConsumptionRow, TrainingRunRow
 
@@ -39,54 +37,16 @@ def tiny_model(tmp_path_factory) -> Path:
     return init_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=2)
 
 
-def _scored_world(engine, model: Path, settings: Settings, n_questions: int = 3) -> None:
-    questions = [
-        Question(
-            source="test",
-            external_id=f"q{i}",
-            title=f"Will event {i} happen?",
-            created_at=CUTOFF,
-            info_cutoff_at=CUTOFF,
-            close_at=CUTOFF + timedelta(days=2),
-        )
-        for i in range(n_questions)
-    ]
-    with session_scope(engine) as session:
-        upsert_questions(session, questions)
-        ensure_agent(
-            session,
-            Agent(name="tiny", base_model=str(model), backend="local", generation=GENERATION),
-        )
-    predict(
-        engine, "tiny", samples=3, as_of=CUTOFF, runner_factory=runner_factory(settings, engine)
-    )
-    with session_scope(engine) as session:
-        record_outcomes(
-            session,
-            [
-                Outcome(
-                    question_id=q.id,
-                    revision=0,
-                    status=OutcomeStatus.RESOLVED,
-                    value=float(i % 2),
-                    resolved_at=CUTOFF + timedelta(days=3),
-                )
-                for i, q in enumerate(list_questions(session))
-            ],
-        )
-    backfill_rewards(engine)
-
-
 def _count(engine, table) -> int:
     with session_scope(engine) as session:
         return int(session.scalar(select(func.count()).select_from(table)))
 
 
 def test_replay_and_train_registers_a_new_version_exactly_once(
-    engine, tiny_model, tmp_path
+    engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
     settings = Settings(data_dir=tmp_path)
-    _scored_world(engine, tiny_model, settings)
+    scored_tiny_agent(db_url, tmp_path)
     report = replay_and_train(engine, settings, "tiny", config_overrides=FAST)
     assert report is not None
     assert (report.from_version, report.to_version, report.groups, report.rollouts) == (0, 1, 3, 9)
@@ -114,10 +74,10 @@ def test_replay_and_train_registers_a_new_version_exactly_once(
 
 
 def test_crash_while_checkpointing_registers_no_version(
-    engine, tiny_model, tmp_path, monkeypatch
+    engine, db_url: str, scored_tiny_agent, tmp_path, monkeypatch
 ) -> None:
     settings = Settings(data_dir=tmp_path)
-    _scored_world(engine, tiny_model, settings)
+    scored_tiny_agent(db_url, tmp_path)
     real_replace = os.replace
 
     def crash(src, dst):
