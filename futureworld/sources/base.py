@@ -1,17 +1,24 @@
-"""Shared result types of the platform adapters and the small parsers they all need.
+"""Shared result types of the platform adapters, the paging and resolution loops they all run,
+and the small parsers they all need.
 
-Adapters return these domain-level objects; storing them (and numbering outcome revisions)
-is the caller's job.
+Adapters supply only what is platform-specific (URLs, params, field parsing, resolution
+semantics); storing the results (and numbering outcome revisions) is the caller's job.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from futureworld.domain import OutcomeStatus, Question, require_utc
+from futureworld.sources.http import SourceError
+
+MALFORMED_ERRORS = (AttributeError, KeyError, TypeError, ValueError)
+"""What parsing a payload of the wrong shape raises; caught per item, never per harvest."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +66,127 @@ class ResolveResult:
 
     resolutions: list[SourceResolution]
     errors: list[str] = field(default_factory=list)
+
+
+class PageError(Exception):
+    """A page the source answered but in the wrong shape; the message is the whole error line."""
+
+
+class SkipItem(Exception):
+    """A listed item left out of a harvest, counted as `skipped_<reason>`."""
+
+    def __init__(self, reason: str, error: str | None = None) -> None:
+        self.reason = reason
+        self.error = error
+        """The error line to record, for items that are broken rather than merely unwanted."""
+        super().__init__(error or reason)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Page:
+    """One page of a listing and where the next one starts."""
+
+    items: list[Any]
+    """The listed items, as received."""
+    next_cursor: Any = None
+    """Passed to the next fetch; None (or the cursor of this page again) ends paging."""
+    end_error: str | None = None
+    """Recorded when paging ends here for want of a usable cursor (not when the limit is hit)."""
+
+
+def listed_items(page: Any, key: str, *, source: str, url: str) -> list[Any]:
+    """`page[key]` of a JSON object page that lists its items there; PageError otherwise."""
+    items = page.get(key) if isinstance(page, dict) else None
+    if not isinstance(items, list):
+        raise PageError(f"{source}: {url}: expected {{'{key}': [...]}}, got {str(page)[:120]}")
+    return items
+
+
+@contextmanager
+def malformed_item(label: str) -> Iterator[None]:
+    """Turns a parse failure inside the block into SkipItem("malformed", "<label> is malformed")."""
+    try:
+        yield
+    except MALFORMED_ERRORS as exc:
+        raise SkipItem("malformed", f"{label} is malformed: {exc!r}") from exc
+
+
+def harvest_pages(
+    fetch_page: Callable[[Any], Page],
+    to_question: Callable[[Any], Question],
+    *,
+    limit: int,
+    max_pages: int,
+) -> HarvestResult:
+    """Page a listing from cursor None, parse each item, dedupe by external_id, stop at `limit`.
+
+    `fetch_page(cursor)` raises SourceError or PageError for a failed page, which ends paging
+    but keeps everything already harvested; `to_question(item)` raises SkipItem for an item
+    left out. Counts: pages, failed_pages, seen, skipped_<reason>, harvested.
+    """
+    questions: dict[str, Question] = {}
+    counts: Counter[str] = Counter()
+    errors: list[str] = []
+    cursor: Any = None
+    for _ in range(max_pages):
+        try:
+            page = fetch_page(cursor)
+        except (SourceError, PageError) as exc:
+            errors.append(str(exc))
+            counts["failed_pages"] += 1
+            break
+        counts["pages"] += 1
+        for item in page.items:
+            counts["seen"] += 1
+            try:
+                question = to_question(item)
+            except SkipItem as skip:
+                counts[f"skipped_{skip.reason}"] += 1
+                if skip.error:
+                    errors.append(skip.error)
+                continue
+            if question.external_id in questions:
+                counts["skipped_duplicate"] += 1
+                continue
+            questions[question.external_id] = question
+            if len(questions) >= limit:
+                break
+        if len(questions) >= limit:
+            break
+        if page.next_cursor is None or page.next_cursor == cursor:
+            if page.end_error:
+                errors.append(page.end_error)
+            break
+        cursor = page.next_cursor
+    counts["harvested"] = len(questions)
+    return HarvestResult(questions=list(questions.values()), errors=errors, counts=counts)
+
+
+def resolve_each(
+    external_ids: Iterable[str],
+    fetch_resolution: Callable[[str], SourceResolution | None],
+    *,
+    label: str,
+) -> ResolveResult:
+    """`fetch_resolution(id)` once per distinct id; None (still open) is left out.
+
+    A failed request or a malformed payload becomes one error line and never stops the rest;
+    `label` names the kind of item in those lines ("kalshi: market").
+    """
+    resolutions: list[SourceResolution] = []
+    errors: list[str] = []
+    for external_id in dict.fromkeys(external_ids):
+        try:
+            resolution = fetch_resolution(external_id)
+        except SourceError as exc:
+            errors.append(str(exc))
+            continue
+        except MALFORMED_ERRORS as exc:
+            errors.append(f"{label} {external_id}: malformed resolution: {exc!r}")
+            continue
+        if resolution is not None:
+            resolutions.append(resolution)
+    return ResolveResult(resolutions=resolutions, errors=errors)
 
 
 def from_ms(value: Any) -> datetime | None:

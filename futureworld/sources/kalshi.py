@@ -9,7 +9,6 @@ change, only `finalized` (older API: `settled`) is final.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -17,12 +16,18 @@ from typing import Any
 from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
 from futureworld.sources.base import (
     HarvestResult,
+    Page,
     ResolveResult,
+    SkipItem,
     SourceResolution,
     clamp_probability,
     from_iso,
+    harvest_pages,
+    listed_items,
+    malformed_item,
+    resolve_each,
 )
-from futureworld.sources.http import SourceClient, SourceError, join_url
+from futureworld.sources.http import SourceClient, join_url
 
 SOURCE = "kalshi"
 DEFAULT_BASE_URL = "https://api.elections.kalshi.com"
@@ -95,50 +100,25 @@ def harvest_open(
     del token  # market data is public; trading auth (RSA signatures) is not needed here
     now = now or utc_now()
     url = join_url(base_url, f"{API_PREFIX}/markets")
-    questions: dict[str, Question] = {}
-    counts: Counter[str] = Counter()
-    errors: list[str] = []
-    cursor: str | None = None
-    for _ in range(max_pages):
+
+    def fetch_page(cursor: str | None) -> Page:
         params: dict[str, Any] = {"limit": max(1, min(page_size, MAX_PAGE_SIZE)), "status": "open"}
         if cursor:
             params["cursor"] = cursor
-        try:
-            page = client.get_json(SOURCE, url, params=params)
-        except SourceError as exc:
-            errors.append(str(exc))
-            counts["failed_pages"] += 1
-            break
-        markets = page.get("markets") if isinstance(page, dict) else None
-        if not isinstance(markets, list):
-            errors.append(f"{SOURCE}: {url}: expected {{'markets': [...]}}, got {str(page)[:120]}")
-            counts["failed_pages"] += 1
-            break
-        counts["pages"] += 1
-        for market in markets:
-            counts["seen"] += 1
-            reason = _skip_reason(market, now)
-            if reason:
-                counts[f"skipped_{reason}"] += 1
-                continue
-            try:
-                question = market_to_question(market, now=now)
-            except (KeyError, TypeError, ValueError) as exc:
-                errors.append(f"{SOURCE}: market {market.get('ticker')!r} is malformed: {exc!r}")
-                counts["skipped_malformed"] += 1
-                continue
-            if question.external_id in questions:
-                counts["skipped_duplicate"] += 1
-                continue
-            questions[question.external_id] = question
-            if len(questions) >= limit:
-                break
-        next_cursor = page.get("cursor") or None
-        if len(questions) >= limit or not next_cursor or next_cursor == cursor:
-            break
-        cursor = str(next_cursor)
-    counts["harvested"] = len(questions)
-    return HarvestResult(questions=list(questions.values()), errors=errors, counts=counts)
+        page = client.get_json(SOURCE, url, params=params)
+        markets = listed_items(page, "markets", source=SOURCE, url=url)
+        next_cursor = page.get("cursor")
+        return Page(items=markets, next_cursor=str(next_cursor) if next_cursor else None)
+
+    def to_question(market: Any) -> Question:
+        reason = _skip_reason(market, now)
+        if reason:
+            raise SkipItem(reason)
+        with malformed_item(f"{SOURCE}: market {market.get('ticker')!r}"):
+            question = market_to_question(market, now=now)
+        return question
+
+    return harvest_pages(fetch_page, to_question, limit=limit, max_pages=max_pages)
 
 
 def _skip_reason(market: Any, now: datetime) -> str | None:
@@ -197,19 +177,9 @@ def fetch_resolutions(
     """GET /markets/{ticker} per id; open markets are left out, failures listed."""
     del token
     now = now or utc_now()
-    resolutions: list[SourceResolution] = []
-    errors: list[str] = []
-    for external_id in dict.fromkeys(external_ids):
-        url = join_url(base_url, f"{API_PREFIX}/markets/{external_id}")
-        try:
-            page = client.get_json(SOURCE, url)
-            resolution = market_to_resolution(page["market"], now=now)
-        except SourceError as exc:
-            errors.append(str(exc))
-            continue
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            errors.append(f"{SOURCE}: market {external_id}: malformed resolution: {exc!r}")
-            continue
-        if resolution is not None:
-            resolutions.append(resolution)
-    return ResolveResult(resolutions=resolutions, errors=errors)
+
+    def fetch_resolution(ticker: str) -> SourceResolution | None:
+        page = client.get_json(SOURCE, join_url(base_url, f"{API_PREFIX}/markets/{ticker}"))
+        return market_to_resolution(page["market"], now=now)
+
+    return resolve_each(external_ids, fetch_resolution, label=f"{SOURCE}: market")

@@ -7,7 +7,6 @@ serves the same shapes, so this adapter reads exactly the documented fields.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -15,12 +14,18 @@ from typing import Any
 from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
 from futureworld.sources.base import (
     HarvestResult,
+    Page,
+    PageError,
     ResolveResult,
+    SkipItem,
     SourceResolution,
     clamp_probability,
     from_ms,
+    harvest_pages,
+    malformed_item,
+    resolve_each,
 )
-from futureworld.sources.http import SourceClient, SourceError, join_url
+from futureworld.sources.http import SourceClient, join_url
 
 SOURCE = "manifold"
 DEFAULT_BASE_URL = "https://api.manifold.markets"
@@ -69,55 +74,38 @@ def harvest_open(
     A failed page ends paging (the cursor is lost) but keeps everything already harvested.
     """
     now = now or utc_now()
-    headers = {"Authorization": f"Key {token}"} if token else None
+    headers = _headers(token)
     url = join_url(base_url, "/v0/markets")
-    questions: dict[str, Question] = {}
-    counts: Counter[str] = Counter()
-    errors: list[str] = []
-    before: str | None = None
     size = max(1, min(page_size, MAX_PAGE_SIZE))
-    for _ in range(max_pages):
+
+    def fetch_page(before: str | None) -> Page:
         params: dict[str, Any] = {"limit": size}
         if before is not None:
             params["before"] = before
-        try:
-            page = client.get_json(SOURCE, url, params=params, headers=headers)
-        except SourceError as exc:
-            errors.append(str(exc))
-            counts["failed_pages"] += 1
-            break
+        page = client.get_json(SOURCE, url, params=params, headers=headers)
         if not isinstance(page, list):
-            errors.append(f"{SOURCE}: {url}: expected a JSON list of markets, got {type(page)}")
-            counts["failed_pages"] += 1
-            break
-        counts["pages"] += 1
-        for market in page:
-            counts["seen"] += 1
-            reason = _skip_reason(market, now)
-            if reason:
-                counts[f"skipped_{reason}"] += 1
-                continue
-            try:
-                question = market_to_question(market, now=now)
-            except (KeyError, TypeError, ValueError) as exc:
-                errors.append(f"{SOURCE}: market {market.get('id')!r} is malformed: {exc!r}")
-                counts["skipped_malformed"] += 1
-                continue
-            if question.external_id in questions:
-                counts["skipped_duplicate"] += 1
-                continue
-            questions[question.external_id] = question
-            if len(questions) >= limit:
-                break
-        if len(questions) >= limit or len(page) < size or not page:
-            break
+            raise PageError(f"{SOURCE}: {url}: expected a JSON list of markets, got {type(page)}")
+        if len(page) < size or not page:  # a short page is the last one
+            return Page(items=page)
         last_id = page[-1].get("id") if isinstance(page[-1], dict) else None
         if last_id is None or last_id == before:
-            errors.append(f"{SOURCE}: {url}: page ends without a usable id; stopped paging")
-            break
-        before = str(last_id)
-    counts["harvested"] = len(questions)
-    return HarvestResult(questions=list(questions.values()), errors=errors, counts=counts)
+            stopped = f"{SOURCE}: {url}: page ends without a usable id; stopped paging"
+            return Page(items=page, end_error=stopped)
+        return Page(items=page, next_cursor=str(last_id))
+
+    def to_question(market: Any) -> Question:
+        reason = _skip_reason(market, now)
+        if reason:
+            raise SkipItem(reason)
+        with malformed_item(f"{SOURCE}: market {market.get('id')!r}"):
+            question = market_to_question(market, now=now)
+        return question
+
+    return harvest_pages(fetch_page, to_question, limit=limit, max_pages=max_pages)
+
+
+def _headers(token: str | None) -> dict[str, str] | None:
+    return {"Authorization": f"Key {token}"} if token else None
 
 
 def _skip_reason(market: Any, now: datetime) -> str | None:
@@ -177,20 +165,12 @@ def fetch_resolutions(
 ) -> ResolveResult:
     """GET /v0/market/{id} for each id; unresolved markets are left out, failures listed."""
     now = now or utc_now()
-    headers = {"Authorization": f"Key {token}"} if token else None
-    resolutions: list[SourceResolution] = []
-    errors: list[str] = []
-    for external_id in dict.fromkeys(external_ids):
-        url = join_url(base_url, f"/v0/market/{external_id}")
-        try:
-            market = client.get_json(SOURCE, url, headers=headers)
-            resolution = market_to_resolution(market, now=now)
-        except SourceError as exc:
-            errors.append(str(exc))
-            continue
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            errors.append(f"{SOURCE}: market {external_id}: malformed resolution: {exc!r}")
-            continue
-        if resolution is not None:
-            resolutions.append(resolution)
-    return ResolveResult(resolutions=resolutions, errors=errors)
+    headers = _headers(token)
+
+    def fetch_resolution(market_id: str) -> SourceResolution | None:
+        market = client.get_json(
+            SOURCE, join_url(base_url, f"/v0/market/{market_id}"), headers=headers
+        )
+        return market_to_resolution(market, now=now)
+
+    return resolve_each(external_ids, fetch_resolution, label=f"{SOURCE}: market")

@@ -7,7 +7,6 @@ returns {"results": [post], "next": url|null}; GET /api/posts/{id}/ returns one 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -15,12 +14,18 @@ from typing import Any
 from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
 from futureworld.sources.base import (
     HarvestResult,
+    Page,
     ResolveResult,
+    SkipItem,
     SourceResolution,
     clamp_probability,
     from_iso,
+    harvest_pages,
+    listed_items,
+    malformed_item,
+    resolve_each,
 )
-from futureworld.sources.http import SourceClient, SourceError, join_url
+from futureworld.sources.http import SourceClient, join_url
 
 SOURCE = "metaculus"
 DEFAULT_BASE_URL = "https://www.metaculus.com"
@@ -85,52 +90,29 @@ def harvest_open(
     """Offset-page open binary posts; group and conditional posts are skipped and counted."""
     now = now or utc_now()
     url = join_url(base_url, "/api/posts/")
-    questions: dict[str, Question] = {}
-    counts: Counter[str] = Counter()
-    errors: list[str] = []
-    offset = 0
-    for _ in range(max_pages):
+
+    def fetch_page(offset: int | None) -> Page:
+        offset = offset or 0
         params = {
             "limit": page_size,
             "offset": offset,
             "statuses": "open",
             "forecast_type": "binary",
         }
-        try:
-            page = client.get_json(SOURCE, url, params=params, headers=_headers(token))
-        except SourceError as exc:
-            errors.append(str(exc))
-            counts["failed_pages"] += 1
-            break
-        results = page.get("results") if isinstance(page, dict) else None
-        if not isinstance(results, list):
-            errors.append(f"{SOURCE}: {url}: expected {{'results': [...]}}, got {str(page)[:120]}")
-            counts["failed_pages"] += 1
-            break
-        counts["pages"] += 1
-        for post in results:
-            counts["seen"] += 1
-            reason = _skip_reason(post, now)
-            if reason:
-                counts[f"skipped_{reason}"] += 1
-                continue
-            try:
-                question = post_to_question(post, base_url, now=now)
-            except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                errors.append(f"{SOURCE}: post {post.get('id')!r} is malformed: {exc!r}")
-                counts["skipped_malformed"] += 1
-                continue
-            if question.external_id in questions:
-                counts["skipped_duplicate"] += 1
-                continue
-            questions[question.external_id] = question
-            if len(questions) >= limit:
-                break
-        offset += len(results)
-        if len(questions) >= limit or not page.get("next") or not results:
-            break
-    counts["harvested"] = len(questions)
-    return HarvestResult(questions=list(questions.values()), errors=errors, counts=counts)
+        page = client.get_json(SOURCE, url, params=params, headers=_headers(token))
+        results = listed_items(page, "results", source=SOURCE, url=url)
+        more = bool(page.get("next")) and bool(results)
+        return Page(items=results, next_cursor=offset + len(results) if more else None)
+
+    def to_question(post: Any) -> Question:
+        reason = _skip_reason(post, now)
+        if reason:
+            raise SkipItem(reason)
+        with malformed_item(f"{SOURCE}: post {post.get('id')!r}"):
+            question = post_to_question(post, base_url, now=now)
+        return question
+
+    return harvest_pages(fetch_page, to_question, limit=limit, max_pages=max_pages)
 
 
 def _skip_reason(post: Any, now: datetime) -> str | None:
@@ -184,19 +166,9 @@ def fetch_resolutions(
 ) -> ResolveResult:
     """GET /api/posts/{id}/ for each id; unresolved posts are left out, failures listed."""
     now = now or utc_now()
-    resolutions: list[SourceResolution] = []
-    errors: list[str] = []
-    for external_id in dict.fromkeys(external_ids):
-        url = join_url(base_url, f"/api/posts/{external_id}/")
-        try:
-            post = client.get_json(SOURCE, url, headers=_headers(token))
-            resolution = post_to_resolution(post, now=now)
-        except SourceError as exc:
-            errors.append(str(exc))
-            continue
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            errors.append(f"{SOURCE}: post {external_id}: malformed resolution: {exc!r}")
-            continue
-        if resolution is not None:
-            resolutions.append(resolution)
-    return ResolveResult(resolutions=resolutions, errors=errors)
+
+    def fetch_resolution(post_id: str) -> SourceResolution | None:
+        url = join_url(base_url, f"/api/posts/{post_id}/")
+        return post_to_resolution(client.get_json(SOURCE, url, headers=_headers(token)), now=now)
+
+    return resolve_each(external_ids, fetch_resolution, label=f"{SOURCE}: post")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from types import ModuleType
 from typing import Protocol
 
 from futureworld.sources import kalshi, manifold, metaculus, polymarket
@@ -69,29 +70,19 @@ class PlatformAdapter:
         )
 
 
+def _adapter(name: SourceName, module: ModuleType) -> PlatformAdapter:
+    """The adapter of a platform module exposing DEFAULT_BASE_URL and the two operations."""
+    return PlatformAdapter(
+        name=name,
+        default_base_url=module.DEFAULT_BASE_URL,
+        harvest_open=module.harvest_open,
+        fetch_resolutions=module.fetch_resolutions,
+    )
+
+
 SOURCES: dict[SourceName, PlatformAdapter] = {
-    SourceName.MANIFOLD: PlatformAdapter(
-        name=SourceName.MANIFOLD,
-        default_base_url=manifold.DEFAULT_BASE_URL,
-        harvest_open=manifold.harvest_open,
-        fetch_resolutions=manifold.fetch_resolutions,
-    ),
-    SourceName.POLYMARKET: PlatformAdapter(
-        name=SourceName.POLYMARKET,
-        default_base_url=polymarket.DEFAULT_BASE_URL,
-        harvest_open=polymarket.harvest_open,
-        fetch_resolutions=polymarket.fetch_resolutions,
-    ),
-    SourceName.METACULUS: PlatformAdapter(
-        name=SourceName.METACULUS,
-        default_base_url=metaculus.DEFAULT_BASE_URL,
-        harvest_open=metaculus.harvest_open,
-        fetch_resolutions=metaculus.fetch_resolutions,
-    ),
-    SourceName.KALSHI: PlatformAdapter(
-        name=SourceName.KALSHI,
-        default_base_url=kalshi.DEFAULT_BASE_URL,
-        harvest_open=kalshi.harvest_open,
-        fetch_resolutions=kalshi.fetch_resolutions,
-    ),
+    SourceName.MANIFOLD: _adapter(SourceName.MANIFOLD, manifold),
+    SourceName.POLYMARKET: _adapter(SourceName.POLYMARKET, polymarket),
+    SourceName.METACULUS: _adapter(SourceName.METACULUS, metaculus),
+    SourceName.KALSHI: _adapter(SourceName.KALSHI, kalshi),
 }

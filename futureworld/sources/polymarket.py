@@ -8,7 +8,6 @@ GET /markets/keyset?limit=&closed=false&after_cursor= returns {"markets": [...],
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -16,12 +15,17 @@ from typing import Any
 from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
 from futureworld.sources.base import (
     HarvestResult,
+    Page,
     ResolveResult,
+    SkipItem,
     SourceResolution,
     clamp_probability,
     from_iso,
+    harvest_pages,
+    listed_items,
+    resolve_each,
 )
-from futureworld.sources.http import SourceClient, SourceError, join_url
+from futureworld.sources.http import SourceClient, join_url
 
 SOURCE = "polymarket"
 DEFAULT_BASE_URL = "https://gamma-api.polymarket.com"
@@ -87,66 +91,35 @@ def harvest_open(
     del token  # Gamma is public
     now = now or utc_now()
     url = join_url(base_url, "/markets/keyset")
-    questions: dict[str, Question] = {}
-    counts: Counter[str] = Counter()
-    errors: list[str] = []
-    cursor: str | None = None
-    for _ in range(max_pages):
+
+    def fetch_page(cursor: str | None) -> Page:
         params: dict[str, Any] = {"limit": max(1, min(page_size, MAX_PAGE_SIZE)), "closed": "false"}
         if cursor:
             params["after_cursor"] = cursor
+        page = client.get_json(SOURCE, url, params=params)
+        if isinstance(page, list):  # the legacy offset endpoint: one page, no cursor
+            return Page(items=page)
+        markets = listed_items(page, "markets", source=SOURCE, url=url)
+        next_cursor = page.get("next_cursor")
+        return Page(items=markets, next_cursor=str(next_cursor) if next_cursor else None)
+
+    def to_question(market: Any) -> Question:
+        if not isinstance(market, dict) or "id" not in market:
+            raise SkipItem("malformed", f"{SOURCE}: market without an id: {str(market)[:120]}")
+        if market.get("closed"):
+            raise SkipItem("closed")
         try:
-            page = client.get_json(SOURCE, url, params=params)
-            markets, next_cursor = _page_items(page)
-        except SourceError as exc:
-            errors.append(str(exc))
-            counts["failed_pages"] += 1
-            break
-        except ValueError as exc:
-            errors.append(f"{SOURCE}: {url}: {exc}")
-            counts["failed_pages"] += 1
-            break
-        counts["pages"] += 1
-        for market in markets:
-            counts["seen"] += 1
-            if not isinstance(market, dict) or "id" not in market:
-                counts["skipped_malformed"] += 1
-                errors.append(f"{SOURCE}: market without an id: {str(market)[:120]}")
-                continue
-            if market.get("closed"):
-                counts["skipped_closed"] += 1
-                continue
-            try:
-                question = market_to_question(market, now=now)
-            except (KeyError, TypeError, ValueError) as exc:
-                reason = "not_binary" if "not a Yes/No" in str(exc) else "malformed"
-                counts[f"skipped_{reason}"] += 1
-                if reason == "malformed":
-                    errors.append(f"{SOURCE}: market {market['id']!r} is malformed: {exc!r}")
-                continue
-            if question.close_at is not None and question.close_at <= now:
-                counts["skipped_closed"] += 1
-                continue
-            if question.external_id in questions:
-                counts["skipped_duplicate"] += 1
-                continue
-            questions[question.external_id] = question
-            if len(questions) >= limit:
-                break
-        if len(questions) >= limit or not next_cursor or next_cursor == cursor:
-            break
-        cursor = next_cursor
-    counts["harvested"] = len(questions)
-    return HarvestResult(questions=list(questions.values()), errors=errors, counts=counts)
+            question = market_to_question(market, now=now)
+        except (KeyError, TypeError, ValueError) as exc:
+            if "not a Yes/No" in str(exc):
+                raise SkipItem("not_binary") from exc
+            malformed = f"{SOURCE}: market {market['id']!r} is malformed: {exc!r}"
+            raise SkipItem("malformed", malformed) from exc
+        if question.close_at is not None and question.close_at <= now:
+            raise SkipItem("closed")
+        return question
 
-
-def _page_items(page: Any) -> tuple[list[Any], str | None]:
-    if isinstance(page, list):  # the legacy offset endpoint: one page, no cursor
-        return page, None
-    if isinstance(page, dict) and isinstance(page.get("markets"), list):
-        cursor = page.get("next_cursor")
-        return page["markets"], str(cursor) if cursor else None
-    raise ValueError(f"expected {{'markets': [...]}}, got {str(page)[:120]}")
+    return harvest_pages(fetch_page, to_question, limit=limit, max_pages=max_pages)
 
 
 def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceResolution | None:
@@ -193,18 +166,9 @@ def fetch_resolutions(
     """GET /markets/{id} for each id; unresolved markets are left out, failures listed."""
     del token
     now = now or utc_now()
-    resolutions: list[SourceResolution] = []
-    errors: list[str] = []
-    for external_id in dict.fromkeys(external_ids):
-        url = join_url(base_url, f"/markets/{external_id}")
-        try:
-            resolution = market_to_resolution(client.get_json(SOURCE, url), now=now)
-        except SourceError as exc:
-            errors.append(str(exc))
-            continue
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            errors.append(f"{SOURCE}: market {external_id}: malformed resolution: {exc!r}")
-            continue
-        if resolution is not None:
-            resolutions.append(resolution)
-    return ResolveResult(resolutions=resolutions, errors=errors)
+
+    def fetch_resolution(market_id: str) -> SourceResolution | None:
+        market = client.get_json(SOURCE, join_url(base_url, f"/markets/{market_id}"))
+        return market_to_resolution(market, now=now)
+
+    return resolve_each(external_ids, fetch_resolution, label=f"{SOURCE}: market")
