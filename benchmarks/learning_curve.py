@@ -14,7 +14,13 @@ and the mean forecast per cue level (the calibration mapping). Passes when the l
 evaluation Brier is below round 0's by more than round 0's 95% bootstrap half-width and the
 evaluation ECE dropped too.
 
-    .venv/bin/python benchmarks/learning_curve.py [--rounds 8 --group 8 ...]
+    .venv/bin/python benchmarks/learning_curve.py [--rounds 16 --lr 5e-4 ...]
+
+Defaults measured on 2 CPU cores: ~100 s; evaluation Brier 0.257 → 0.191 (round-0 ±0.056),
+ECE 0.242 → 0.165. The gain comes mostly from hedging the cues the warm start confused
+(low/even/high → ~0.5); "very low"/"very high" stay over-confident. lr 1e-3 learns faster
+but collapses (answers stop parsing) after ~14 rounds; sharpening 4 puts "0.00"/"1.00" first
+digits in conflict and SFT never learns the mapping.
 """
 
 from __future__ import annotations
