@@ -45,11 +45,17 @@ def demonstration_trajectory(
     policy_version: int,
     sample_index: int,
     as_of: datetime | None = None,
+    brief: bool = False,
 ) -> Trajectory:
-    """Tokenize once: prompt ids (context) + completion ids (mask 1, log-prob 0 placeholder)."""
+    """Tokenize once: prompt ids (context) + completion ids (mask 1, log-prob 0 placeholder).
+
+    A question is rendered with the agent's own prompt (`brief` as in AgentConfig.brief_prompt).
+    """
     if demonstration.question is not None:
         question = demonstration.question
-        prompt = encode_prompt(tokenizer, question, as_of=as_of or question.info_cutoff_at)
+        prompt = encode_prompt(
+            tokenizer, question, as_of=as_of or question.info_cutoff_at, brief=brief
+        )
         question_id = question.id or 0
     else:
         prompt = tokenizer(demonstration.prompt or "", add_special_tokens=False)["input_ids"]

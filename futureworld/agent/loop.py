@@ -45,6 +45,8 @@ class AgentConfig:
     """Token budget of that side answer."""
     observation_role: str = "user"
     """Chat role observations are framed as; "user" works with every chat template."""
+    brief_prompt: bool = False
+    """Leave background and resolution criteria out of the prompt (short prompts, tiny models)."""
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_new_tokens", "max_observation_tokens", "search_k"):
@@ -98,7 +100,7 @@ def run_group(
     as_of = utc_now() if as_of is None else as_of
     search_as_of = min(as_of, question.info_cutoff_at)
     tokenizer = backend.tokenizer
-    prompt = encode_prompt(tokenizer, question, as_of=search_as_of)
+    prompt = encode_prompt(tokenizer, question, as_of=search_as_of, brief=config.brief_prompt)
     if len(prompt) + 1 > config.max_total_tokens:
         raise ValueError(
             f"question {question.id}: prompt has {len(prompt)} tokens, over max_total_tokens"

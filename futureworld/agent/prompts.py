@@ -23,12 +23,15 @@ BELIEF_PREFIX = "Current estimate: <probability>"
 """Appended to a copy of the context to elicit the agent's belief after a tool turn."""
 
 
-def render_question(question: Question, *, as_of: datetime) -> str:
-    """The user message: title, background, resolution criteria, as-of and resolve-by dates."""
+def render_question(question: Question, *, as_of: datetime, brief: bool = False) -> str:
+    """The user message: title, background, resolution criteria, as-of and resolve-by dates.
+
+    `brief` leaves out background and resolution criteria (short prompts for tiny models).
+    """
     parts = [f"Question: {question.title}"]
-    if question.background:
+    if question.background and not brief:
         parts.append(f"Background: {question.background}")
-    if question.resolution_criteria:
+    if question.resolution_criteria and not brief:
         parts.append(f"Resolution criteria: {question.resolution_criteria}")
     parts.append(f"As of: {as_of:%Y-%m-%d %H:%M} UTC")
     if question.resolve_by is not None:
@@ -37,12 +40,12 @@ def render_question(question: Question, *, as_of: datetime) -> str:
 
 
 def encode_prompt(
-    tokenizer: PreTrainedTokenizerBase, question: Question, *, as_of: datetime
+    tokenizer: PreTrainedTokenizerBase, question: Question, *, as_of: datetime, brief: bool = False
 ) -> list[int]:
     """The prompt's token ids, ending with the assistant header (generation prompt)."""
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": render_question(question, as_of=as_of)},
+        {"role": "user", "content": render_question(question, as_of=as_of, brief=brief)},
     ]
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return tokenizer.encode(text, add_special_tokens=False)

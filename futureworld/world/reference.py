@@ -14,6 +14,7 @@ mapping; RL then has calibration left to learn.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -66,13 +67,23 @@ def sft_examples(
     *,
     sharpening: float = DEFAULT_SHARPENING,
     source: str = "manifold",
+    noise_logit: float = 0.0,
 ) -> list[SFTExample]:
-    """Warm-start pairs for every question posed on `days` (an int n means days 0..n-1)."""
+    """Warm-start pairs for every question posed on `days` (an int n means days 0..n-1).
+
+    `noise_logit` > 0 adds Gaussian noise of that std to each target's log-odds (seeded by
+    the world), so the warm-started policy keeps some spread for RL to explore with.
+    """
     day_list = range(days) if isinstance(days, int) else list(days)
+    rng = random.Random(f"{world.config.seed}:sft-noise")
     examples = []
     for day in day_list:
         for sim_question in world.questions_posed_on(day):
             question = sim_question.to_domain(source=source)
             target = reference_forecast(question, sharpening=sharpening, config=world.config)
+            if noise_logit > 0:
+                clipped = min(max(target, 1e-4), 1.0 - 1e-4)
+                logit = math.log(clipped / (1.0 - clipped)) + rng.gauss(0.0, noise_logit)
+                target = round(1.0 / (1.0 + math.exp(-logit)), 4)
             examples.append(SFTExample(question=question, target_p_yes=target))
     return examples
