@@ -375,24 +375,30 @@ def evaluate_command(
 
 @app.command("demo")
 def demo_command(
-    rounds: Annotated[int, typer.Option(help="Simulated days of the daily cycle.")] = 6,
-    questions_per_day: Annotated[int, typer.Option(help="New questions per day.")] = 24,
-    samples: Annotated[int, typer.Option("--samples", "-G", help="Rollouts per question.")] = 6,
+    rounds: Annotated[int, typer.Option(help="Simulated days of the daily cycle.")] = 16,
+    questions_per_day: Annotated[int, typer.Option(help="New questions per day.")] = 40,
+    samples: Annotated[int, typer.Option("--samples", "-G", help="Rollouts per question.")] = 8,
+    panel: Annotated[int, typer.Option(help="Held-out panel questions scored each round.")] = 100,
     seed: Annotated[int, typer.Option(help="World and model seed.")] = 0,
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("reports/demo"),
 ) -> None:
     """The whole delayed-reward loop on the simulated world, offline: it learns in minutes."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from flows.demo import LEARNER, DemoConfig, run_demo
+    from flows.demo import DemoConfig, run_demo
 
     config = DemoConfig(
-        out_dir=out, rounds=rounds, questions_per_day=questions_per_day, samples=samples, seed=seed
+        out_dir=out,
+        rounds=rounds,
+        questions_per_day=questions_per_day,
+        samples=samples,
+        panel_questions=panel,
+        seed=seed,
     )
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
     ) as progress:
-        task = progress.add_task("demo", total=rounds + 4)
+        task = progress.add_task("demo", total=rounds + 3)
 
         def on_progress(step: str, done: int, total: int) -> None:
             progress.update(task, description=step, completed=done, total=total)
@@ -400,8 +406,7 @@ def demo_command(
         result = run_demo(config, on_progress)
     table = Table(
         "round",
-        "agent",
-        "ver",
+        "version",
         "n",
         "Brier",
         "95% CI",
@@ -409,14 +414,15 @@ def demo_command(
         "acc",
         "log",
         "true-p Brier",
+        "parsed",
+        "live Brier",
         "staleness",
-        title="FutureWorld demo: forecasts per round",
+        title="FutureWorld demo: the round's policy on the held-out panel",
     )
     for m in result.rounds:
         table.add_row(
             str(m.round),
-            m.agent,
-            "—" if m.policy_version is None else str(m.policy_version),
+            str(m.policy_version),
             str(m.n),
             f"{m.brier:.4f}",
             f"[{m.brier_ci[0]:.3f}, {m.brier_ci[1]:.3f}]",
@@ -424,18 +430,17 @@ def demo_command(
             f"{m.accuracy:.3f}",
             f"{m.log_score:.4f}",
             f"{m.true_brier:.4f}",
+            f"{m.parse_rate:.2f}",
+            "—" if m.live_brier is None else f"{m.live_brier:.4f}",
             "—" if m.staleness is None else f"{m.staleness:.2f}",
         )
     console.print(table)
-    mine = [m for m in result.rounds if m.agent == LEARNER]
-    first, last = mine[0], mine[-1]
-    verdict = (
-        "learned" if last.brier < first.brier_ci[0] and last.ece < first.ece else "did not learn"
-    )
+    first, last = result.rounds[0], result.rounds[-1]
     console.print(
-        f"{LEARNER}: Brier {first.brier:.4f} → {last.brier:.4f} (round-0 CI "
+        f"Brier {first.brier:.4f} → {last.brier:.4f} (round-0 95% CI "
         f"[{first.brier_ci[0]:.4f}, {first.brier_ci[1]:.4f}]), ECE {first.ece:.4f} → "
-        f"{last.ece:.4f}: {verdict}. Report: {result.report}"
+        f"{last.ece:.4f}: {'learned' if result.learned else 'no clear improvement'}. "
+        f"Report: {result.report}"
     )
 
 

@@ -1,40 +1,54 @@
 """Per-round metrics and the report folder of the demo: metrics.json, report.md and plots.
 
-A round is one simulated day; a forecast belongs to the round of the instant it was made,
-and is scored once its question resolves. The Brier of the world's true probabilities on
-the same forecasts is the floor no forecaster can beat in expectation.
+Each round is judged on a fixed held-out panel of world questions (the same questions and
+outcomes every round), forecast by the policy version of that round: round-to-round change is
+then the policy's, not the luck of that day's questions. The Brier of the world's true
+probabilities on the panel is the floor. The round's own live forecasts are scored too, once
+their questions resolve (`live_brier`), for reference.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import Engine
 
 from futureworld.domain import OutcomeStatus
-from futureworld.evaluation import (
-    ForecastRecord,
-    plot_metric_by_round,
-    plot_reliability,
-    score_forecasts,
+from futureworld.evaluation import plot_metric_by_round, plot_reliability
+from futureworld.scoring import (
+    accuracy,
+    bootstrap_ci,
+    brier,
+    expected_calibration_error,
+    log_score,
 )
-from futureworld.scoring import brier
 from storage.engine import session_scope
-from storage.repositories.agents import list_agents
-from storage.repositories.questions import latest_outcomes, list_questions
+from storage.repositories.agents import get_agent
+from storage.repositories.questions import latest_outcomes
 from storage.repositories.rollouts import rollouts_for
 from storage.repositories.training import train_steps_by_version
 
 
 @dataclass(frozen=True)
+class PanelScore:
+    """One round's forecasts of the evaluation panel: p, outcome and true p per forecast."""
+
+    round: int
+    policy_version: int
+    p_yes: tuple[float, ...]
+    y: tuple[float, ...]
+    p_true: tuple[float, ...]
+    unparsed: int
+
+
+@dataclass(frozen=True)
 class RoundMetrics:
     round: int
-    agent: str
-    policy_version: int | None
+    policy_version: int
     n: int
     brier: float
     brier_ci: tuple[float, float]
@@ -42,88 +56,67 @@ class RoundMetrics:
     accuracy: float
     log_score: float
     true_brier: float
+    parse_rate: float
+    live_brier: float | None
+    live_n: int
     staleness: float | None
     """Mean staleness (in versions) of the data that trained this round's policy."""
 
 
 def round_metrics(
     engine: Engine,
+    agent: str,
+    panels: Sequence[PanelScore],
     *,
     round_of: Callable[[datetime], int],
-    true_probability: Callable[[str], float],
 ) -> list[RoundMetrics]:
     with session_scope(engine) as session:
-        questions = {q.id: q for q in list_questions(session)}
+        agent_id = get_agent(session, agent).id
         outcomes = latest_outcomes(session)
-        agents = list_agents(session)
-        rollouts = {a.name: rollouts_for(session, agent_id=a.id) for a in agents}
-        staleness = {a.name: train_steps_by_version(session, a.id) for a in agents}
-    records: list[ForecastRecord] = []
-    truths: dict[tuple[str, int], list[tuple[float, float]]] = {}
-    versions: dict[tuple[str, int], set[int]] = {}
-    for agent in agents:
-        for t in rollouts[agent.name]:
-            outcome = outcomes.get(t.question_id)
-            if outcome is None or outcome.status is not OutcomeStatus.RESOLVED:
-                continue
-            if t.p_yes is None or t.as_of is None:
-                continue
-            question = questions[t.question_id]
-            r = round_of(t.as_of)
-            records.append(
-                ForecastRecord(
-                    agent=agent.name,
-                    policy_version=None,
-                    source=question.source,
-                    domain=question.domain,
-                    p_yes=t.p_yes,
-                    y=float(outcome.value),
-                    round=r,
-                )
-            )
-            truths.setdefault((agent.name, r), []).append(
-                (true_probability(question.external_id), float(outcome.value))
-            )
-            versions.setdefault((agent.name, r), set()).add(t.policy_version)
-    rows = score_forecasts(records, by=("agent", "round"), include_overall=False)
+        rollouts = rollouts_for(session, agent_id=agent_id)
+        staleness = train_steps_by_version(session, agent_id)
+    live: dict[int, list[tuple[float, float]]] = {}
+    for t in rollouts:
+        outcome = outcomes.get(t.question_id)
+        if t.p_yes is None or t.as_of is None or outcome is None:
+            continue
+        if outcome.status is OutcomeStatus.RESOLVED:
+            live.setdefault(round_of(t.as_of), []).append((t.p_yes, float(outcome.value)))
     result = []
-    for row in rows:
-        key = (row.agent, row.round)
-        p_true, y = zip(*truths[key], strict=True)
-        version = max(versions[key])
+    for panel in panels:
+        p, y = list(panel.p_yes), list(panel.y)
+        pairs = list(zip(p, y, strict=True))
+        lo, hi = bootstrap_ci(pairs, lambda rows: brier(rows[:, 0], rows[:, 1]))
+        mine = live.get(panel.round, [])
         result.append(
             RoundMetrics(
-                round=row.round,
-                agent=row.agent,
-                policy_version=version,
-                n=row.n,
-                brier=row.brier,
-                brier_ci=tuple(row.brier_ci),
-                ece=row.ece,
-                accuracy=row.accuracy,
-                log_score=row.log_score,
-                true_brier=brier(p_true, y),
-                staleness=staleness[row.agent].get(version),
+                round=panel.round,
+                policy_version=panel.policy_version,
+                n=len(p),
+                brier=brier(p, y),
+                brier_ci=(lo, hi),
+                ece=expected_calibration_error(p, y),
+                accuracy=accuracy(p, y),
+                log_score=log_score(p, y),
+                true_brier=brier(list(panel.p_true), y),
+                parse_rate=len(p) / (len(p) + panel.unparsed),
+                live_brier=brier(*zip(*mine, strict=True)) if mine else None,
+                live_n=len(mine),
+                staleness=staleness.get(panel.policy_version),
             )
         )
-    return sorted(result, key=lambda m: (m.agent, m.round))
+    return result
 
 
 def write_report(
-    out_dir: Path,
-    metrics: Sequence[RoundMetrics],
-    *,
-    agent: str,
-    reliability: dict[str, tuple[list[float], list[float]]],
-    header: str,
+    out_dir: Path, metrics: Sequence[RoundMetrics], panels: Sequence[PanelScore], *, header: str
 ) -> Path:
-    """metrics.json (the learning agent's rounds), report.md and PNG plots in `out_dir`."""
+    """metrics.json, report.md and PNG plots (Brier and ECE by round, reliability diagrams of
+    the first and last rounds) in `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    mine = [m for m in metrics if m.agent == agent]
     (out_dir / "metrics.json").write_text(
         json.dumps(
             {
-                "agent": agent,
                 "rounds": [
                     {
                         "round": m.round,
@@ -135,43 +128,59 @@ def write_report(
                         "n": m.n,
                         "brier_ci": list(m.brier_ci),
                         "policy_version": m.policy_version,
+                        "parse_rate": m.parse_rate,
+                        "live_brier": m.live_brier,
+                        "live_n": m.live_n,
                         "staleness": m.staleness,
                     }
-                    for m in mine
+                    for m in metrics
                 ],
-                "all_agents": [asdict(m) for m in metrics],
             },
             indent=2,
         )
     )
-    for metric in ("brier", "ece"):
-        series: dict[str, list[tuple[float, float]]] = {}
-        for m in metrics:
-            series.setdefault(m.agent, []).append((m.round, getattr(m, metric)))
-        if metric == "brier":
-            series["true probabilities (floor)"] = [(m.round, m.true_brier) for m in mine]
-        plot_metric_by_round(
-            series,
-            out_dir / f"{metric}_by_round.png",
-            metric=metric,
-            title=f"{metric.upper()} by round",
-        )
+    brier_series = {
+        "forecaster (panel)": [(m.round, m.brier) for m in metrics],
+        "true probabilities (floor)": [(m.round, m.true_brier) for m in metrics],
+        "forecaster (live questions)": [
+            (m.round, m.live_brier) for m in metrics if m.live_brier is not None
+        ],
+    }
+    plot_metric_by_round(
+        brier_series,
+        out_dir / "brier_by_round.png",
+        metric="Brier",
+        title="Brier by round (lower is better)",
+    )
+    plot_metric_by_round(
+        {"forecaster (panel)": [(m.round, m.ece) for m in metrics]},
+        out_dir / "ece_by_round.png",
+        metric="ECE",
+        title="Expected calibration error by round",
+    )
+    first, last = panels[0], panels[-1]
     plot_reliability(
-        reliability, out_dir / "reliability.png", title="Reliability: first and last round"
+        {
+            f"round {first.round}": (list(first.p_yes), list(first.y)),
+            f"round {last.round}": (list(last.p_yes), list(last.y)),
+        },
+        out_dir / "reliability.png",
+        title="Reliability: first and last round",
     )
     lines = [
         header,
         "",
-        "| round | agent | version | n | Brier | 95% CI | ECE | accuracy | "
-        "log score | true-p Brier | staleness |",
-        "|---" * 11 + "|",
+        "| round | version | n | Brier | 95% CI | ECE | accuracy | log score | "
+        "true-p Brier | parsed | live Brier (n) | staleness |",
+        "|---" * 12 + "|",
     ]
     for m in metrics:
+        live = "—" if m.live_brier is None else f"{m.live_brier:.4f} ({m.live_n})"
         stale = "—" if m.staleness is None else f"{m.staleness:.2f}"
         lines.append(
-            f"| {m.round} | {m.agent} | {m.policy_version if m.policy_version is not None else '—'}"
-            f" | {m.n} | {m.brier:.4f} | [{m.brier_ci[0]:.4f}, {m.brier_ci[1]:.4f}] | "
-            f"{m.ece:.4f} | {m.accuracy:.3f} | {m.log_score:.4f} | {m.true_brier:.4f} | {stale} |"
+            f"| {m.round} | {m.policy_version} | {m.n} | {m.brier:.4f} | "
+            f"[{m.brier_ci[0]:.4f}, {m.brier_ci[1]:.4f}] | {m.ece:.4f} | {m.accuracy:.3f} | "
+            f"{m.log_score:.4f} | {m.true_brier:.4f} | {m.parse_rate:.2f} | {live} | {stale} |"
         )
     lines += [
         "",
@@ -183,3 +192,10 @@ def write_report(
     report = out_dir / "report.md"
     report.write_text("\n".join(lines))
     return report
+
+
+def learned(metrics: Sequence[RoundMetrics]) -> bool:
+    """The demo's claim: the last round beats round 0's Brier beyond its bootstrap interval,
+    and its ECE is lower."""
+    first, last = metrics[0], metrics[-1]
+    return last.brier < first.brier_ci[0] and last.ece < first.ece
