@@ -16,6 +16,17 @@ from flows.orchestration_cli import orchestration_app
 from flows.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+
+@app.callback()
+def _quiet_libraries() -> None:
+    """Model loading prints its own progress bars; ours are enough."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+
+
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
 import_app = typer.Typer(no_args_is_help=True, help="Import question sets.")
 agent_app = typer.Typer(no_args_is_help=True, help="Register and list agents.")
@@ -383,7 +394,12 @@ def demo_command(
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("reports/demo"),
 ) -> None:
     """The whole delayed-reward loop on the simulated world, offline: it learns in minutes."""
+    import os
+
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    # The progress bar tells the story; per-task flow logs stay in the Prefect UI/database.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
     from flows.demo import DemoConfig, run_demo
 
