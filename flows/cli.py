@@ -4,6 +4,7 @@ the SQLite file in FW_DATA_DIR) and applies pending migrations before it starts.
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -21,10 +22,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 @app.callback()
 def _quiet_libraries() -> None:
     """Model loading prints its own progress bars; ours are enough."""
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()
-    transformers_logging.set_verbosity_error()
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
@@ -394,8 +393,6 @@ def demo_command(
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("reports/demo"),
 ) -> None:
     """The whole delayed-reward loop on the simulated world, offline: it learns in minutes."""
-    import os
-
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     # The progress bar tells the story; per-task flow logs stay in the Prefect UI/database.
