@@ -28,6 +28,8 @@ LEARNER = "forecaster"
 CROWD = "crowd"
 PANEL_DAY = 10_000
 """The world day the evaluation panel is drawn from: far from any day the demo reaches."""
+CYCLE_HOUR = 12
+"""The daily cycle runs at noon (simulated UTC), after the day's questions are posed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +109,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     panel_world = World(
         WorldConfig(seed=config.seed, questions_per_day=config.panel_questions, cancel_rate=0.0)
     )
-    clock = SimClock(world.day_start(0) + timedelta(hours=12))
+    clock = SimClock(world.day_start(0) + timedelta(hours=CYCLE_HOUR))
 
     report("tiny model and SFT warm start", 0, total)
     warm_world = World(
