@@ -396,7 +396,10 @@ def demo_command(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     # The progress bar tells the story; per-task flow logs stay in the Prefect UI/database.
+    # Offline by design: Prefect's usage telemetry would only fail to connect.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
 
     from flows.demo import DemoConfig, run_demo
 
