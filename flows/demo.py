@@ -86,6 +86,8 @@ Progress = Callable[[str, int, int], None]
 def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult:
     from flows.pipeline import daily_cycle_flow, resolve_and_backfill_flow
     from flows.stages.training import supervised_finetune
+    from futureworld.agent.demonstrations import answer_text
+    from futureworld.agent.prompts import SYSTEM_PROMPT
     from futureworld.domain import Agent
     from futureworld.policy.tiny import init_tiny_model
     from futureworld.world import SimClock, World, WorldConfig, serve_world, sft_examples
@@ -115,18 +117,24 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     warm_world = World(
         WorldConfig(seed=config.seed + 10_000, questions_per_day=config.sft_questions_per_day)
     )
-    examples = sft_examples(
-        warm_world,
-        config.sft_days,
-        sharpening=config.sft_sharpening,
-        noise_logit=config.sft_noise_logit,
-    )
+    examples = [
+        replace(e, question=_as_harvested(warm_world, e.question.external_id))
+        for e in sft_examples(
+            warm_world,
+            config.sft_days,
+            sharpening=config.sft_sharpening,
+            noise_logit=config.sft_noise_logit,
+        )
+    ]
+    # The tokenizer also learns the prompt and the answer strings themselves.
+    texts = [SYSTEM_PROMPT, *(f"{e.question.title} {e.question.background}" for e in examples)]
+    texts += [answer_text(k / 100) for k in range(101)]
     model_dir = init_tiny_model(
         state / "base-model",
         seed=config.seed,
         hidden_size=config.hidden_size,
         num_layers=config.layers,
-        extra_texts=[e.question.title for e in examples],
+        extra_texts=texts,
     )
     settings = Settings(data_dir=state, db_url=f"sqlite:///{state / 'futureworld.db'}")
     engine = make_engine(settings.database_url)
@@ -229,13 +237,25 @@ def _warm_start(engine, settings, model_dir, examples, config, supervised_finetu
     )
 
 
+def _as_harvested(world, external_id: str):
+    """The question exactly as the demo's harvest sees it: the world's Manifold market parsed
+    by the Manifold adapter at the cycle's hour of its day (same prompt, same as-of)."""
+    from futureworld.sources.manifold import market_to_question
+    from futureworld.world.payloads import lite_market
+
+    sim = world.question(external_id)
+    at = world.day_start(sim.day) + timedelta(hours=CYCLE_HOUR)
+    return market_to_question(lite_market(sim, None, now=at, base_url="http://world"), now=at)
+
+
 def _panel(world, n: int) -> list[tuple]:
     """(question with a placeholder id, outcome, true p) of the held-out panel."""
     far = world.day_start(PANEL_DAY + 30)
     out = []
     for i, sim in enumerate(world.questions_posed_on(PANEL_DAY)[:n]):
         resolution = world.resolution_as_of(sim.external_id, far)
-        out.append((replace(sim.to_domain(), id=-(i + 1)), resolution.value, sim.p_yes))
+        question = replace(_as_harvested(world, sim.external_id), id=-(i + 1))
+        out.append((question, resolution.value, sim.p_yes))
     return out
 
 
