@@ -32,6 +32,8 @@ from storage.repositories.questions import latest_outcomes
 from storage.repositories.rollouts import rollouts_for
 from storage.repositories.training import train_steps_by_version
 
+NAN = float("nan")
+
 
 @dataclass(frozen=True)
 class PanelScore:
@@ -85,9 +87,28 @@ def round_metrics(
     result = []
     for panel in panels:
         p, y = list(panel.p_yes), list(panel.y)
+        mine = live.get(panel.round, [])
+        if not p:  # nothing parseable this round: the row says so instead of inventing scores
+            result.append(
+                RoundMetrics(
+                    round=panel.round,
+                    policy_version=panel.policy_version,
+                    n=0,
+                    brier=NAN,
+                    brier_ci=(NAN, NAN),
+                    ece=NAN,
+                    accuracy=NAN,
+                    log_score=NAN,
+                    true_brier=NAN,
+                    parse_rate=0.0,
+                    live_brier=brier(*zip(*mine, strict=True)) if mine else None,
+                    live_n=len(mine),
+                    staleness=staleness.get(panel.policy_version),
+                )
+            )
+            continue
         pairs = list(zip(p, y, strict=True))
         lo, hi = bootstrap_ci(pairs, lambda rows: brier(rows[:, 0], rows[:, 1]))
-        mine = live.get(panel.round, [])
         result.append(
             RoundMetrics(
                 round=panel.round,
@@ -115,7 +136,7 @@ def write_report(
     the first and last rounds) in `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "metrics.json").write_text(
-        json.dumps(
+        _json(
             {
                 "rounds": [
                     {
@@ -135,8 +156,7 @@ def write_report(
                     }
                     for m in metrics
                 ],
-            },
-            indent=2,
+            }
         )
     )
     brier_series = {
@@ -159,14 +179,15 @@ def write_report(
         title="Expected calibration error by round",
     )
     first, last = panels[0], panels[-1]
-    plot_reliability(
-        {
-            f"round {first.round}": (list(first.p_yes), list(first.y)),
-            f"round {last.round}": (list(last.p_yes), list(last.y)),
-        },
-        out_dir / "reliability.png",
-        title="Reliability: first and last round",
-    )
+    groups = {
+        f"round {panel.round}": (list(panel.p_yes), list(panel.y))
+        for panel in (first, last)
+        if panel.p_yes
+    }
+    if groups:
+        plot_reliability(
+            groups, out_dir / "reliability.png", title="Reliability: first and last round"
+        )
     lines = [
         header,
         "",
@@ -192,6 +213,21 @@ def write_report(
     report = out_dir / "report.md"
     report.write_text("\n".join(lines))
     return report
+
+
+def _json(data: object) -> str:
+    """JSON with NaN (a round without parseable forecasts) written as null."""
+
+    def clean(value: object) -> object:
+        if isinstance(value, float) and value != value:
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(v) for v in value]
+        return value
+
+    return json.dumps(clean(data), indent=2)
 
 
 def learned(metrics: Sequence[RoundMetrics]) -> bool:
