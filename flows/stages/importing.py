@@ -11,15 +11,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy import Engine
+
+from futureworld.domain import Outcome
 from futureworld.sources.forecastbench import (
     ForecastBenchFormatError,
     match_resolutions,
     parse_question_set,
     parse_resolution_set,
 )
-from sqlalchemy import Engine
-
-from futureworld.domain import Outcome
 from storage.engine import session_scope
 from storage.repositories.questions import question_ids, record_outcomes, upsert_questions
 
