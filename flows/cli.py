@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from flows.orchestration_cli import orchestration_app
-from flows.settings import Settings
+from flows.settings import Settings, parse_as_of
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
@@ -49,14 +48,6 @@ def _engine(db: str | None):
     engine = make_engine(settings.database_url)
     upgrade_database(engine)
     return engine
-
-
-def parse_as_of(value: str | None) -> datetime | None:
-    """A date (midnight UTC) or an ISO datetime; naive values are taken as UTC."""
-    if value is None:
-        return None
-    parsed = datetime.fromisoformat(value)
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 @db_app.command("upgrade")
@@ -200,7 +191,12 @@ def predict_command(
 
     settings = Settings().with_db(db)
     report = predict_with_progress(
-        _engine(db), settings, agent, samples=samples, as_of=parse_as_of(as_of), limit=limit
+        _engine(db),
+        settings,
+        agent,
+        samples=samples,
+        as_of=parse_as_of(as_of) if as_of else None,
+        limit=limit,
     )
     console.print(
         f"{report.agent} v{report.policy_version}: {report.questions} questions, "

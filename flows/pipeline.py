@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from flows import artifacts
-from flows.settings import Settings
+from flows.settings import Settings, parse_as_of
 
 PREDICT_TAG = "futureworld-predict"
 """Tag-based concurrency limit on prediction tasks (`prefect concurrency-limit create`)."""
@@ -37,17 +37,6 @@ class FlowContext:
     """The run's instant (tz-aware UTC)."""
     run_key: str
     """The as-of date (YYYY-MM-DD): names the run and keys its pipeline events."""
-
-
-def parse_as_of(value: str | datetime | None) -> datetime:
-    """A date (midnight UTC) or an ISO datetime; naive values are taken as UTC; None is now."""
-    if value is None:
-        return datetime.now(UTC)
-    try:
-        parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"as_of {value!r} is neither a date nor an ISO datetime") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 def run_key_for(as_of: datetime) -> str:

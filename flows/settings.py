@@ -3,6 +3,7 @@ entrypoints (the CLI, flow entrypoints), never at import time."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -49,3 +50,15 @@ class Settings(BaseSettings):
 
     def with_db(self, db_url: str | None) -> Settings:
         return self if db_url is None else self.model_copy(update={"db_url": db_url})
+
+
+def parse_as_of(value: str | datetime | None) -> datetime:
+    """An as-of parameter: a date (midnight UTC) or an ISO datetime, naive taken as UTC;
+    None is now."""
+    if value is None:
+        return datetime.now(UTC)
+    try:
+        parsed = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"as_of {value!r} is neither a date nor an ISO datetime") from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)

@@ -104,13 +104,6 @@ def question_ids(session: Session, keys: Iterable[tuple[str, str]]) -> dict[tupl
     return {(s, e): i for s, e, i in rows if (s, e) in wanted}
 
 
-def get_question(session: Session, question_id: int) -> Question:
-    row = session.get(QuestionRow, question_id)
-    if row is None:
-        raise LookupError(f"question {question_id} does not exist")
-    return question_from_row(row)
-
-
 def list_questions(
     session: Session,
     *,

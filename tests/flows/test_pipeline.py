@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from flows.artifacts import CYCLE_SUMMARY_KEY, RELIABILITY_KEY, SCORES_KEY, artifact_key
 from flows.orchestration_cli import DAILY_CRON, build_deployments, orchestration_app
-from flows.pipeline import FLOWS, daily_cycle_flow, evaluate_flow, parse_as_of, run_key_for
+from flows.pipeline import FLOWS, daily_cycle_flow, evaluate_flow, run_key_for
+from flows.settings import parse_as_of
 from futureworld.domain import Agent, Question
 from futureworld.world import SimClock, World, WorldConfig, serve_world
 from storage.engine import make_engine, session_scope, upgrade_database
