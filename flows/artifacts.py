@@ -12,7 +12,13 @@ from typing import Any
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from futureworld.evaluation import ForecastRecord, ScoreRow, plot_reliability, score_table_markdown
+from futureworld.evaluation import (
+    ForecastRecord,
+    ScoreRow,
+    plot_reliability,
+    reliability_groups,
+    score_table_markdown,
+)
 
 SCORES_KEY = "evaluate-scores"
 SCORE_TABLE_KEY = "evaluate-score-table"
@@ -119,13 +125,10 @@ def publish_scores(
     )
     if not records:
         return None
-    groups: dict[str, tuple[list[float], list[float]]] = {}
-    for record in records:
-        p, y = groups.setdefault(f"{record.agent} v{record.policy_version}", ([], []))
-        p.append(record.p_yes)
-        y.append(record.y)
     path = plot_reliability(
-        groups, reports_dir / f"reliability-{run_key}.png", title=f"Reliability {run_key}"
+        reliability_groups(records),
+        reports_dir / f"reliability-{run_key}.png",
+        title=f"Reliability {run_key}",
     )
     create_markdown_artifact(
         markdown=_image_markdown(f"Reliability {run_key}", path),

@@ -3,15 +3,15 @@ the SQLite file in FW_DATA_DIR) and applies pending migrations before it starts.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from flows.cli_learning import register_learning_commands
+from flows.cli_options import DbOption, console, open_engine
 from flows.orchestration_cli import orchestration_app
 from flows.settings import Settings, parse_as_of
 
@@ -34,20 +34,7 @@ app.add_typer(import_app, name="import")
 app.add_typer(agent_app, name="agent")
 app.add_typer(model_app, name="model")
 app.add_typer(orchestration_app, name="orchestrate", help="Prefect deployments, cycles, timers.")
-
-console = Console()
-DbOption = Annotated[
-    str | None, typer.Option("--db", help="Database URL (sqlite:///…, postgresql://…).")
-]
-
-
-def _engine(db: str | None):
-    from storage.engine import make_engine, upgrade_database
-
-    settings = Settings().with_db(db)
-    engine = make_engine(settings.database_url)
-    upgrade_database(engine)
-    return engine
+register_learning_commands(app)
 
 
 @db_app.command("upgrade")
@@ -55,7 +42,7 @@ def db_upgrade(db: DbOption = None) -> None:
     """Apply all migrations (Postgres or SQLite)."""
     from storage.engine import current_revision
 
-    engine = _engine(db)
+    engine = open_engine(db)
     console.print(f"database at revision [bold]{current_revision(engine)}[/bold]")
 
 
@@ -71,7 +58,7 @@ def import_forecastbench(
     from flows.stages.importing import import_forecastbench as run_import
     from futureworld.sources.forecastbench import ForecastBenchFormatError
 
-    engine = _engine(db)
+    engine = open_engine(db)
     try:
         report = run_import(engine, question_set, resolutions)
     except ForecastBenchFormatError as error:
@@ -96,7 +83,8 @@ def agent_add(
     backend: Annotated[str, typer.Option(help="local | openai | baseline")] = "local",
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,
     served_model: Annotated[
-        str | None, typer.Option(help="Model name on the server (default: --model).")
+        str | None,
+        typer.Option(help="Model name on the server (default: the model directory's name)."),
     ] = None,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     max_turns: Annotated[int, typer.Option(help="Assistant turns per rollout.")] = 4,
@@ -132,7 +120,7 @@ def agent_add(
         generation_settings(generation)  # validate before storing
         if backend == "local" and not (Path(model) / "config.json").is_file():
             raise typer.BadParameter(f"--model {model}: not a model directory (no config.json)")
-    engine = _engine(db)
+    engine = open_engine(db)
     with session_scope(engine) as session:
         agent = ensure_agent(
             session,
@@ -153,7 +141,7 @@ def agent_list(db: DbOption = None) -> None:
     from storage.engine import session_scope
     from storage.repositories.agents import latest_policy_version, list_agents
 
-    engine = _engine(db)
+    engine = open_engine(db)
     table = Table("agent", "backend", "model", "version")
     with session_scope(engine) as session:
         for agent in list_agents(session):
@@ -191,7 +179,7 @@ def predict_command(
 
     settings = Settings().with_db(db)
     report = predict_with_progress(
-        _engine(db),
+        open_engine(db),
         settings,
         agent,
         samples=samples,
@@ -225,7 +213,7 @@ def harvest_command(
     feeds = feed if (feed or not source or "rss" in source) else []
     now = utc_now()
     report = harvest(
-        _engine(db),
+        open_engine(db),
         settings,
         sources=sources,
         feeds=feeds,
@@ -256,7 +244,7 @@ def resolve_command(
     from futureworld.domain import utc_now
 
     settings = Settings().with_db(db)
-    engine = _engine(db)
+    engine = open_engine(db)
     now = utc_now()
     if manual is not None:
         if verdict is None:
@@ -278,221 +266,11 @@ def backfill_command(db: DbOption = None) -> None:
     """Score every rollout whose question has a new outcome revision, exactly once."""
     from flows.stages.scoring import backfill_rewards
 
-    report = backfill_rewards(_engine(db))
+    report = backfill_rewards(open_engine(db))
     console.print(
         f"scored {report.rollouts_scored} rollouts: {report.rewards_inserted} rewards written, "
         f"{report.rewards_voided} voided by annulments"
     )
-
-
-@app.command("train")
-def train_command(
-    agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
-    estimator: Annotated[
-        str, typer.Option(help="dr_grpo | grpo | rloo | forecast_info_gain | siop | sft")
-    ] = "dr_grpo",
-    max_groups: Annotated[int | None, typer.Option(help="Replay at most this many groups.")] = None,
-    lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
-    reuse: Annotated[
-        bool, typer.Option("--reuse", help="Also replay groups this lineage trained on before.")
-    ] = False,
-    learning_rate: Annotated[float | None, typer.Option(help="AdamW learning rate.")] = None,
-    ppo_epochs: Annotated[int | None, typer.Option(help="Passes over the replayed data.")] = None,
-    sft: Annotated[bool, typer.Option("--sft", help="Supervised fine-tuning.")] = False,
-    from_jsonl: Annotated[
-        Path | None,
-        typer.Option("--from-jsonl", help='SFT data: {"prompt": …, "completion": …} per line.'),
-    ] = None,
-    resume: Annotated[
-        Path | None, typer.Option("--resume", help="Continue from this checkpoint's state.")
-    ] = None,
-    db: DbOption = None,
-) -> None:
-    """Replay completed groups into a staleness-corrected update; register the new version."""
-    from flows.stages.training import replay_and_train, supervised_finetune
-
-    settings = Settings().with_db(db)
-    engine = _engine(db)
-    overrides = {
-        k: v
-        for k, v in {"learning_rate": learning_rate, "ppo_epochs": ppo_epochs}.items()
-        if v is not None
-    }
-    if sft:
-        if from_jsonl is None:
-            raise typer.BadParameter("--sft needs --from-jsonl FILE")
-        from flows.runtime import sft_trajectories_from_jsonl
-
-        trajectories = sft_trajectories_from_jsonl(engine, settings, agent, from_jsonl)
-        report = supervised_finetune(
-            engine, settings, agent, trajectories, lora=lora, config_overrides=overrides
-        )
-    else:
-        report = replay_and_train(
-            engine,
-            settings,
-            agent,
-            estimator=estimator,
-            max_groups=max_groups,
-            lora=lora,
-            reuse=reuse,
-            config_overrides=overrides,
-            resume_from=resume,
-        )
-    if report is None:
-        console.print("nothing to train on: no completed, unconsumed group with 2+ scored rollouts")
-        return
-    last = report.steps[-1] if report.steps else {}
-    console.print(
-        f"{report.agent}: v{report.from_version} → v{report.to_version} on {report.rollouts} "
-        f"rollouts ({report.groups} groups, {report.groups_skipped} skipped, "
-        f"{report.remaining_groups} left); {len(report.steps)} steps, "
-        f"last loss {last.get('loss', float('nan')):.4f}; checkpoint {report.checkpoint_path}"
-    )
-
-
-@app.command("evaluate")
-def evaluate_command(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Reliability diagram PNG.")] = None,
-    agent: Annotated[list[str] | None, typer.Option("--agent", help="Only these agents.")] = None,
-    db: DbOption = None,
-) -> None:
-    """Score every agent and policy version, per source and overall."""
-    from flows.stages.scoring import forecast_records
-    from futureworld.evaluation import plot_reliability, score_forecasts
-
-    records = forecast_records(_engine(db), agent)
-    rows = score_forecasts(records)
-    console.print(score_table(rows))
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({"rows": [r.as_dict() for r in rows]}, indent=2))
-        console.print(f"wrote {json_path}")
-    if plot is not None:
-        groups: dict[str, tuple[list[float], list[float]]] = {}
-        for record in records:
-            p, y = groups.setdefault(f"{record.agent} v{record.policy_version}", ([], []))
-            p.append(record.p_yes)
-            y.append(record.y)
-        plot_reliability(groups, plot)
-        console.print(f"wrote {plot}")
-
-
-@app.command("demo")
-def demo_command(
-    rounds: Annotated[int, typer.Option(help="Simulated days of the daily cycle.")] = 16,
-    questions_per_day: Annotated[int, typer.Option(help="New questions per day.")] = 40,
-    samples: Annotated[int, typer.Option("--samples", "-G", help="Rollouts per question.")] = 8,
-    panel: Annotated[int, typer.Option(help="Held-out panel questions scored each round.")] = 100,
-    seed: Annotated[int, typer.Option(help="World and model seed.")] = 0,
-    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("reports/demo"),
-) -> None:
-    """The whole delayed-reward loop on the simulated world, offline: it learns in minutes."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    # The progress bar tells the story; per-task flow logs stay in the Prefect UI/database.
-    # Offline by design: Prefect's usage telemetry would only fail to connect.
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-
-    from flows.demo import DemoConfig, run_demo
-
-    config = DemoConfig(
-        out_dir=out,
-        rounds=rounds,
-        questions_per_day=questions_per_day,
-        samples=samples,
-        panel_questions=panel,
-        seed=seed,
-    )
-    with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
-        task = progress.add_task("demo", total=rounds + 3)
-
-        def on_progress(step: str, done: int, total: int) -> None:
-            progress.update(task, description=step, completed=done, total=total)
-
-        result = run_demo(config, on_progress)
-    table = Table(
-        "round",
-        "version",
-        "n",
-        "Brier",
-        "95% CI",
-        "ECE",
-        "acc",
-        "log",
-        "true-p Brier",
-        "parsed",
-        "live Brier",
-        "staleness",
-        title="FutureWorld demo: the round's policy on the held-out panel",
-    )
-    for m in result.rounds:
-        table.add_row(
-            str(m.round),
-            str(m.policy_version),
-            str(m.n),
-            f"{m.brier:.4f}",
-            f"[{m.brier_ci[0]:.3f}, {m.brier_ci[1]:.3f}]",
-            f"{m.ece:.4f}",
-            f"{m.accuracy:.3f}",
-            f"{m.log_score:.4f}",
-            f"{m.true_brier:.4f}",
-            f"{m.parse_rate:.2f}",
-            "—" if m.live_brier is None else f"{m.live_brier:.4f}",
-            "—" if m.staleness is None else f"{m.staleness:.2f}",
-        )
-    console.print(table)
-    first, last = result.rounds[0], result.rounds[-1]
-    console.print(
-        f"Brier {first.brier:.4f} → {last.brier:.4f} (round-0 95% CI "
-        f"[{first.brier_ci[0]:.4f}, {first.brier_ci[1]:.4f}]), ECE {first.ece:.4f} → "
-        f"{last.ece:.4f}: {'learned' if result.learned else 'no clear improvement'}. "
-        f"Report: {result.report}"
-    )
-
-
-def score_table(rows) -> Table:
-    table = Table(
-        "agent",
-        "ver",
-        "source",
-        "n",
-        "Brier",
-        "95% CI",
-        "log",
-        "acc",
-        "ECE",
-        "BI",
-        "skill/crowd",
-        "skill/base",
-    )
-    for r in rows:
-        d = r.as_dict()
-
-        def fmt(v: float | None, digits: int = 3) -> str:
-            return "—" if v is None else f"{v:.{digits}f}"
-
-        lo, hi = d["brier_ci"]
-        table.add_row(
-            d["agent"],
-            str(d["policy_version"]),
-            d["source"] or "all",
-            str(d["n"]),
-            fmt(d["brier"]),
-            f"[{fmt(lo)}, {fmt(hi)}]",
-            fmt(d["log_score"]),
-            fmt(d["accuracy"]),
-            fmt(d["ece"]),
-            fmt(d["brier_index"], 1),
-            fmt(d["brier_skill_vs_crowd"]),
-            fmt(d["brier_skill_vs_base_rate"]),
-        )
-    return table
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ from futureworld.scoring import (
 from storage.engine import session_scope
 from storage.repositories.agents import get_agent
 from storage.repositories.questions import latest_outcomes
-from storage.repositories.rollouts import rollouts_for
+from storage.repositories.rollouts import forecasts_of
 from storage.repositories.training import train_steps_by_version
 
 NAN = float("nan")
@@ -75,10 +75,10 @@ def round_metrics(
     with session_scope(engine) as session:
         agent_id = get_agent(session, agent).id
         outcomes = latest_outcomes(session)
-        rollouts = rollouts_for(session, agent_id=agent_id)
+        forecasts = forecasts_of(session, agent_id)
         staleness = train_steps_by_version(session, agent_id)
     live: dict[int, list[tuple[float, float]]] = {}
-    for t in rollouts:
+    for t in forecasts:
         outcome = outcomes.get(t.question_id)
         if t.p_yes is None or t.as_of is None or outcome is None:
             continue

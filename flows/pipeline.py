@@ -122,7 +122,7 @@ def predict_task(ctx: FlowContext, agent: str, samples: int, limit: int | None) 
 
     with session_scope(ctx.engine) as session:
         backend = get_agent(session, agent).backend
-    factory = None if backend == "baseline" else _runner_factory(ctx, agent)
+    factory = None if backend == "baseline" else _runner_factory(ctx)
     return predict(
         ctx.engine,
         agent,
@@ -135,14 +135,9 @@ def predict_task(ctx: FlowContext, agent: str, samples: int, limit: int | None) 
     )
 
 
-def _runner_factory(ctx: FlowContext, agent: str) -> Any:
-    try:
-        from flows.runtime import runner_factory
-    except ImportError:
-        raise RuntimeError(
-            f"agent {agent!r} needs a generation backend, and flows.runtime.runner_factory "
-            "is not available in this installation"
-        ) from None
+def _runner_factory(ctx: FlowContext) -> Any:
+    from flows.runtime import runner_factory
+
     return runner_factory(ctx.settings, ctx.engine)
 
 

@@ -215,6 +215,18 @@ def _agg_figure(figsize: tuple[float, float]) -> Any:
     return fig
 
 
+def reliability_groups(
+    records: Iterable[ForecastRecord],
+) -> dict[str, tuple[list[float], list[float]]]:
+    """(forecasts, outcomes) per "agent vN": the groups of a reliability diagram."""
+    groups: dict[str, tuple[list[float], list[float]]] = {}
+    for record in records:
+        p, y = groups.setdefault(f"{record.agent} v{record.policy_version}", ([], []))
+        p.append(record.p_yes)
+        y.append(record.y)
+    return groups
+
+
 def plot_reliability(
     groups: Mapping[str, tuple[ArrayLike, ArrayLike]],
     path: str | Path,

@@ -13,10 +13,10 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from futureworld.baselines import BASELINES, Baseline, baseline_trajectory
-from futureworld.domain import Agent, OutcomeStatus, Question, Trajectory, utc_now
+from futureworld.domain import Agent, Question, Trajectory, utc_now
 from storage.engine import session_scope
 from storage.repositories.agents import get_agent, latest_policy_version
-from storage.repositories.questions import latest_outcomes, list_questions, open_questions_at
+from storage.repositories.questions import list_questions, open_questions_at, resolved_history
 from storage.repositories.rollouts import (
     claim_questions,
     claim_workers,
@@ -144,12 +144,7 @@ def _baseline_runner(engine: Engine, agent: Agent, version: int, as_of: datetime
             f"agent {agent.name!r}: unknown baseline {agent.base_model!r} ({known})"
         ) from None
     with session_scope(engine) as session:
-        questions = {q.id: q for q in list_questions(session)}
-        history = [
-            (questions[qid].source, o.resolved_at, float(o.value))
-            for qid, o in latest_outcomes(session).items()
-            if o.status is OutcomeStatus.RESOLVED and o.value is not None
-        ]
+        history = resolved_history(session)
 
     def run(question: Question, missing: Sequence[int]) -> list[Trajectory]:
         if not missing:

@@ -14,17 +14,17 @@ from sqlalchemy import Engine
 
 from futureworld.baselines import base_rate
 from futureworld.domain import OutcomeStatus, QuestionKind, Reward
-from futureworld.evaluation import ForecastRecord, ScoreRow, score_forecasts
+from futureworld.evaluation import ForecastRecord
 from futureworld.rewards import REWARD_FUNCTIONS, RewardFn, applicable_rewards
 from storage.engine import session_scope
 from storage.repositories.agents import list_agents
-from storage.repositories.questions import latest_outcomes, list_questions
+from storage.repositories.questions import latest_outcomes, list_questions, resolved_history
 from storage.repositories.rewards import (
     insert_rewards,
     rollouts_pending_rewards,
     void_annulled_rewards,
 )
-from storage.repositories.rollouts import load_trajectories, rollouts_for
+from storage.repositories.rollouts import forecasts_of, load_trajectories
 
 
 @dataclass(frozen=True)
@@ -78,34 +78,26 @@ def forecast_records(
         agents = [a for a in list_agents(session) if agent_names is None or a.name in agent_names]
         questions = {q.id: q for q in list_questions(session) if q.kind is QuestionKind.BINARY}
         outcomes = latest_outcomes(session)
-        history = sorted(
-            (questions[qid].source, o.resolved_at, float(o.value))
-            for qid, o in outcomes.items()
-            if qid in questions and o.status is OutcomeStatus.RESOLVED
-        )
+        history = resolved_history(session)
         records: list[ForecastRecord] = []
         for agent in agents:
-            for trajectory in rollouts_for(session, agent_id=agent.id):
-                question = questions.get(trajectory.question_id)
-                outcome = outcomes.get(trajectory.question_id)
-                if question is None or outcome is None or trajectory.p_yes is None:
+            for forecast in forecasts_of(session, agent.id):
+                question = questions.get(forecast.question_id)
+                outcome = outcomes.get(forecast.question_id)
+                if question is None or outcome is None or forecast.p_yes is None:
                     continue
                 if outcome.status is not OutcomeStatus.RESOLVED:
                     continue
                 records.append(
                     ForecastRecord(
                         agent=agent.name,
-                        policy_version=trajectory.policy_version,
+                        policy_version=forecast.policy_version,
                         source=question.source,
                         domain=question.domain,
-                        p_yes=trajectory.p_yes,
+                        p_yes=forecast.p_yes,
                         y=float(outcome.value),
                         crowd_p=question.crowd_probability,
                         base_rate_p=base_rate(question, history),
                     )
                 )
     return records
-
-
-def evaluate(engine: Engine, agent_names: Sequence[str] | None = None) -> list[ScoreRow]:
-    return score_forecasts(forecast_records(engine, agent_names))

@@ -8,8 +8,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Subquery, func, or_, select, update
+from sqlalchemy.orm import Session, aliased
 
 from futureworld.domain import (
     Outcome,
@@ -161,23 +161,47 @@ def outcome_from_row(row: OutcomeRow) -> Outcome:
     )
 
 
-def latest_outcomes(
-    session: Session, question_ids: Sequence[int] | None = None
-) -> dict[int, Outcome]:
-    """The current (highest) outcome revision of each question that has one."""
+def current_outcomes() -> Subquery:
+    """Each question's current outcome row (its highest revision), as a subquery: the one
+    definition of "current" that rewards, replay and evaluation all join against."""
     latest = (
         select(OutcomeRow.question_id, func.max(OutcomeRow.revision).label("revision"))
         .group_by(OutcomeRow.question_id)
         .subquery()
     )
-    statement = select(OutcomeRow).join(
-        latest,
-        (OutcomeRow.question_id == latest.c.question_id)
-        & (OutcomeRow.revision == latest.c.revision),
+    return (
+        select(OutcomeRow)
+        .join(
+            latest,
+            (OutcomeRow.question_id == latest.c.question_id)
+            & (OutcomeRow.revision == latest.c.revision),
+        )
+        .subquery("current_outcome")
     )
+
+
+def latest_outcomes(
+    session: Session, question_ids: Sequence[int] | None = None
+) -> dict[int, Outcome]:
+    """The current (highest) outcome revision of each question that has one."""
+    current = aliased(OutcomeRow, current_outcomes())
+    statement = select(current)
     if question_ids is not None:
-        statement = statement.where(OutcomeRow.question_id.in_(list(question_ids)))
+        statement = statement.where(current.question_id.in_(list(question_ids)))
     return {row.question_id: outcome_from_row(row) for row in session.scalars(statement)}
+
+
+def resolved_history(session: Session) -> list[tuple[str, datetime, float]]:
+    """(source, resolved_at, value) of every question currently resolved: what base rates
+    are computed from."""
+    current = current_outcomes()
+    rows = session.execute(
+        select(QuestionRow.source, current.c.resolved_at, current.c.value)
+        .join(current, current.c.question_id == QuestionRow.id)
+        .where(current.c.status == str(OutcomeStatus.RESOLVED))
+        .order_by(current.c.resolved_at)
+    ).all()
+    return [(source, at, float(value)) for source, at, value in rows]
 
 
 def record_outcomes(session: Session, outcomes: Sequence[Outcome]) -> list[Outcome]:

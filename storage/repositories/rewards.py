@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 
 from futureworld.domain import OutcomeStatus, Reward
 from storage.repositories._sql import insert
-from storage.tables import OutcomeRow, RewardRow, RolloutRow
+from storage.repositories.questions import current_outcomes
+from storage.tables import RewardRow, RolloutRow
 
 
 @dataclass(frozen=True)
@@ -20,37 +21,24 @@ class PendingScore:
     outcome_revision: int
 
 
-def _latest_outcome():
-    return (
-        select(OutcomeRow.question_id, func.max(OutcomeRow.revision).label("revision"))
-        .group_by(OutcomeRow.question_id)
-        .subquery()
-    )
-
-
 def rollouts_pending_rewards(session: Session, reward_fns: Sequence[str]) -> list[PendingScore]:
     """Rollouts whose question's current outcome is resolved and which lack a reward of one of
     `reward_fns` for that revision."""
-    latest = _latest_outcome()
+    current = current_outcomes()
     have = (
         select(func.count())
         .select_from(RewardRow)
         .where(
             RewardRow.rollout_id == RolloutRow.id,
-            RewardRow.outcome_revision == latest.c.revision,
+            RewardRow.outcome_revision == current.c.revision,
             RewardRow.reward_fn.in_(list(reward_fns)),
         )
         .scalar_subquery()
     )
     statement = (
-        select(RolloutRow.id, RolloutRow.question_id, latest.c.revision)
-        .join(latest, latest.c.question_id == RolloutRow.question_id)
-        .join(
-            OutcomeRow,
-            (OutcomeRow.question_id == latest.c.question_id)
-            & (OutcomeRow.revision == latest.c.revision),
-        )
-        .where(OutcomeRow.status == str(OutcomeStatus.RESOLVED))
+        select(RolloutRow.id, RolloutRow.question_id, current.c.revision)
+        .join(current, current.c.question_id == RolloutRow.question_id)
+        .where(current.c.status == str(OutcomeStatus.RESOLVED))
         .where(have < len(reward_fns))
         .order_by(RolloutRow.id)
     )
@@ -88,16 +76,8 @@ def insert_rewards(session: Session, rewards: Sequence[Reward]) -> int:
 
 def void_annulled_rewards(session: Session) -> int:
     """Mark every unvoided reward of a question whose current outcome is annulled as voided."""
-    latest = _latest_outcome()
-    annulled = (
-        select(OutcomeRow.question_id)
-        .join(
-            latest,
-            (OutcomeRow.question_id == latest.c.question_id)
-            & (OutcomeRow.revision == latest.c.revision),
-        )
-        .where(OutcomeRow.status == str(OutcomeStatus.ANNULLED))
-    )
+    current = current_outcomes()
+    annulled = select(current.c.question_id).where(current.c.status == str(OutcomeStatus.ANNULLED))
     rollouts = select(RolloutRow.id).where(RolloutRow.question_id.in_(annulled))
     result = session.execute(
         update(RewardRow)
@@ -112,14 +92,14 @@ def current_rewards(
 ) -> dict[int, Reward]:
     """rollout id → its reward of `reward_fn` for the question's current outcome revision,
     excluding voided and provisional ones."""
-    latest = _latest_outcome()
+    current = current_outcomes()
     statement = (
         select(RewardRow)
         .join(RolloutRow, RolloutRow.id == RewardRow.rollout_id)
         .join(
-            latest,
-            (latest.c.question_id == RolloutRow.question_id)
-            & (latest.c.revision == RewardRow.outcome_revision),
+            current,
+            (current.c.question_id == RolloutRow.question_id)
+            & (current.c.revision == RewardRow.outcome_revision),
         )
         .where(
             RewardRow.reward_fn == reward_fn,

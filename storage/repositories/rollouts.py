@@ -3,7 +3,9 @@ and the predict-time claim protocol (`FOR UPDATE SKIP LOCKED` on Postgres)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -180,8 +182,6 @@ def _copy_rollouts_staged(session: Session, values: Sequence[dict[str, Any]]) ->
 def _copy_rows(
     session: Session, table: str, columns: Sequence[str], rows: Sequence[dict[str, Any]]
 ) -> None:
-    import json
-
     raw = session.connection().connection.driver_connection
     column_list = ", ".join(f'"{c}"' for c in columns)
     with raw.cursor() as cursor, cursor.copy(f"COPY {table} ({column_list}) FROM STDIN") as copy:
@@ -256,6 +256,33 @@ def rollouts_for(
     if question_id is not None:
         statement = statement.where(RolloutRow.question_id == question_id)
     return load_trajectories(session, list(session.scalars(statement)))
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A rollout's answer without its tokens: what evaluation needs."""
+
+    rollout_id: int
+    question_id: int
+    policy_version: int
+    p_yes: float | None
+    as_of: datetime | None
+
+
+def forecasts_of(session: Session, agent_id: int) -> list[Forecast]:
+    """Every rollout's answer of one agent, oldest first, without loading token arrays."""
+    rows = session.execute(
+        select(
+            RolloutRow.id,
+            RolloutRow.question_id,
+            RolloutRow.policy_version,
+            RolloutRow.p_yes,
+            RolloutRow.as_of,
+        )
+        .where(RolloutRow.agent_id == agent_id)
+        .order_by(RolloutRow.id)
+    ).all()
+    return [Forecast(*row) for row in rows]
 
 
 def existing_samples(

@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from futureworld.domain import OutcomeStatus, TrainingRun, TrainStep, utc_now
 from storage.repositories._sql import insert
+from storage.repositories.questions import current_outcomes
 from storage.tables import (
-    OutcomeRow,
     ReplayConsumptionRow,
     RewardRow,
     RolloutRow,
@@ -63,11 +63,7 @@ def select_replay_groups(
     reuse: bool = False,
     min_group_size: int = 2,
 ) -> ReplaySelection:
-    latest = (
-        select(OutcomeRow.question_id, func.max(OutcomeRow.revision).label("revision"))
-        .group_by(OutcomeRow.question_id)
-        .subquery()
-    )
+    current = current_outcomes()
     consumed = exists().where(
         ReplayConsumptionRow.agent_id == agent_id,
         ReplayConsumptionRow.rollout_id == RolloutRow.id,
@@ -80,27 +76,22 @@ def select_replay_groups(
             RolloutRow.question_id,
             RolloutRow.policy_version,
             RewardRow.value,
-            OutcomeRow.value,
+            current.c.value,
             RewardRow.outcome_revision,
             RolloutRow.created_at,
         )
         .join(RewardRow, RewardRow.rollout_id == RolloutRow.id)
         .join(
-            latest,
-            (latest.c.question_id == RolloutRow.question_id)
-            & (latest.c.revision == RewardRow.outcome_revision),
-        )
-        .join(
-            OutcomeRow,
-            (OutcomeRow.question_id == latest.c.question_id)
-            & (OutcomeRow.revision == latest.c.revision),
+            current,
+            (current.c.question_id == RolloutRow.question_id)
+            & (current.c.revision == RewardRow.outcome_revision),
         )
         .where(
             RolloutRow.agent_id == agent_id,
             RewardRow.reward_fn == reward_fn,
             RewardRow.voided.is_(False),
             RewardRow.provisional.is_(False),
-            OutcomeRow.status == str(OutcomeStatus.RESOLVED),
+            current.c.status == str(OutcomeStatus.RESOLVED),
         )
         .order_by(RolloutRow.created_at, RolloutRow.id)
     )
