@@ -252,7 +252,15 @@ def resolve_command(
         outcome = resolve_manually(engine, manual, verdict, now=now)
         console.print("unchanged" if outcome is None else f"revision {outcome.revision} recorded")
         return
-    report = resolve(engine, settings, now=now, run_key=now.date().isoformat())
+    from flows.runtime import configured_judge
+
+    report = resolve(
+        engine,
+        settings,
+        now=now,
+        run_key=now.date().isoformat(),
+        judge=configured_judge(settings, engine),
+    )
     console.print(
         f"checked {report.checked}: {report.outcomes_recorded} outcomes recorded "
         f"({report.annulled} annulled); {report.needs_manual} need manual resolution"

@@ -8,21 +8,15 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from flows.cli_options import DbOption, console, open_engine
 from flows.settings import Settings
 
 orchestration_app = typer.Typer(
     no_args_is_help=True, help="Run the Prefect flows and the resolution timers."
 )
-console = Console()
-
 DAILY_CRON = "0 6 * * *"
 """The daily cycle's default schedule (UTC), as in prefect.yaml."""
-
-DbOption = Annotated[
-    str | None, typer.Option("--db", help="Database URL (sqlite:///…, postgresql://…).")
-]
 
 
 def build_deployments(db_url: str | None, cron: str = DAILY_CRON) -> list[Any]:
@@ -61,8 +55,7 @@ def serve_command(
     triggers: `prefect deployment run 'replay-and-train/replay-and-train' -p agent=NAME`)."""
     from prefect import serve
 
-    settings = Settings().with_db(db)
-    scheduler = _start_timers(settings) if timers else None
+    scheduler = _start_timers(db) if timers else None
     try:
         serve(*build_deployments(db, cron), limit=limit)
     finally:
@@ -115,11 +108,9 @@ def timers_command(db: DbOption = None) -> None:
     """Run the per-question resolution timers in the foreground (Ctrl-C stops them; the jobs
     stay in the database and missed ones run at the next start)."""
     from flows.timers import make_scheduler, start_timers
-    from storage.engine import make_engine, upgrade_database
 
     settings = Settings().with_db(db)
-    engine = make_engine(settings.database_url)
-    upgrade_database(engine)
+    engine = open_engine(db)
     scheduler = make_scheduler(settings.database_url, blocking=True)
     console.print("resolution timers running (Ctrl-C to stop)")
     try:
@@ -130,12 +121,11 @@ def timers_command(db: DbOption = None) -> None:
         engine.dispose()
 
 
-def _start_timers(settings: Settings) -> Any:
+def _start_timers(db: str | None) -> Any:
     from flows.timers import make_scheduler, start_timers
-    from storage.engine import make_engine, upgrade_database
 
-    engine = make_engine(settings.database_url)
-    upgrade_database(engine)
+    settings = Settings().with_db(db)
+    engine = open_engine(db)
     scheduler = make_scheduler(settings.database_url)
     start_timers(scheduler, engine, settings.database_url)
     return scheduler

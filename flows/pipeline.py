@@ -102,9 +102,16 @@ def harvest_task(
     cache_policy=NO_CACHE,
 )
 def resolve_task(ctx: FlowContext) -> Any:
+    from flows.runtime import configured_judge
     from flows.stages.harvesting import resolve
 
-    return resolve(ctx.engine, ctx.settings, now=ctx.as_of, run_key=ctx.run_key)
+    return resolve(
+        ctx.engine,
+        ctx.settings,
+        now=ctx.as_of,
+        run_key=ctx.run_key,
+        judge=configured_judge(ctx.settings, ctx.engine),
+    )
 
 
 @task(name="backfill-rewards", cache_policy=NO_CACHE)

@@ -186,3 +186,29 @@ def sft_trajectories_from_jsonl(
         )
         for i, d in enumerate(demonstrations)
     ]
+
+
+def text_completer(settings: Settings, engine: Engine, agent_name: str) -> Callable[[str], str]:
+    """A text-in, text-out completion over an agent's newest policy (the question judge)."""
+    from futureworld.agent.prompts import encode_chat
+    from storage.repositories.agents import get_agent, latest_policy_version
+
+    with session_scope(engine) as session:
+        agent = get_agent(session, agent_name)
+        version = latest_policy_version(session, agent.id)
+    backend = load_backend(backend_spec(settings, agent, version))
+    params = SamplingParams(temperature=0.3, max_new_tokens=256, seed=0)
+
+    def complete(prompt: str) -> str:
+        [generation] = backend.generate([encode_chat(backend.tokenizer, prompt)], params)
+        return backend.tokenizer.decode(generation.token_ids, skip_special_tokens=True)
+
+    return complete
+
+
+def configured_judge(settings: Settings, engine: Engine) -> Callable[[str], str] | None:
+    return (
+        None
+        if settings.judge_agent is None
+        else text_completer(settings, engine, settings.judge_agent)
+    )

@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     user_agent: str = "futureworld/0.1 (+https://github.com/futureworld)"
     device: str = "cpu"
     """Torch device for local generation and training: cpu, cuda, cuda:1 …"""
+    judge_agent: str | None = None
+    """Registered agent whose model judges generated questions after they close; unset:
+    generated questions wait for `futureworld resolve --manual`."""
     worker_id: str | None = None
     """Identifies this process in prediction claims; default: host:pid."""
     claim_lease_s: float = 1800.0

@@ -57,6 +57,7 @@ def job_id(question_id: int, kind: str) -> str:
 def check_resolution(question_id: int, db_url: str | None = None) -> None:
     """The timer job (a module-level function, so the stored job is a picklable reference):
     ask the question's source for its outcome, then backfill the rewards it unlocks."""
+    from flows.runtime import configured_judge
     from flows.stages.harvesting import resolve
     from flows.stages.scoring import backfill_rewards
     from storage.engine import make_engine
@@ -71,6 +72,7 @@ def check_resolution(question_id: int, db_url: str | None = None) -> None:
             now=now,
             run_key=f"timer-{now.date().isoformat()}",
             question_ids_filter=[question_id],
+            judge=configured_judge(settings, engine),
         )
         backfill = backfill_rewards(engine)
         log.info(

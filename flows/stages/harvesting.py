@@ -22,7 +22,8 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from flows.settings import Settings
-from futureworld.domain import Outcome, OutcomeStatus
+from futureworld.domain import Article, Outcome, OutcomeStatus, Question
+from futureworld.sources.base import SourceResolution
 from futureworld.sources.http import HttpConfig, SourceClient
 from futureworld.sources.platforms import SOURCES, SourceName
 from futureworld.sources.question_gen import generate_questions
@@ -37,13 +38,40 @@ from storage.repositories.articles import (
 )
 from storage.repositories.events import PipelineEvent, record_events
 from storage.repositories.questions import (
-    question_ids,
     questions_due_for_resolution,
     record_outcomes,
     upsert_questions,
 )
 
 GENERATED_SOURCE = "rss"
+
+
+@dataclass
+class Problems:
+    """What went wrong in one stage run: readable lines for the report, and the same as
+    pipeline events in the store (counted per source and kind in the cycle summary)."""
+
+    run_key: str
+    stage: str
+    lines: list[str] = field(default_factory=list)
+    events: list[PipelineEvent] = field(default_factory=list)
+
+    def add(self, source: str, kind: str, detail: str, *, level: str = "error") -> None:
+        self.lines.append(f"{source}: {detail}")
+        self.events.append(
+            PipelineEvent(
+                run_key=self.run_key,
+                stage=self.stage,
+                source=source,
+                kind=kind,
+                detail=detail,
+                level=level,
+            )
+        )
+
+    def save(self, engine: Engine) -> None:
+        with session_scope(engine) as session:
+            record_events(session, self.events)
 
 
 @dataclass
@@ -107,23 +135,14 @@ def harvest(
     With `generate`, binary questions are generated from the newly stored articles.
     """
     report = HarvestReport()
-    events: list[PipelineEvent] = []
+    problems = Problems(run_key, "harvest")
     with SourceClient(http_config(settings)) as client:
         for name in sources or ():
             try:
                 source = SourceName(name)
             except ValueError:
                 known = ", ".join(s.value for s in SourceName)
-                report.errors.append(f"{name}: unknown source (known: {known}, or rss feeds)")
-                events.append(
-                    PipelineEvent(
-                        run_key=run_key,
-                        stage="harvest",
-                        source=name,
-                        kind="unknown_source",
-                        detail=name,
-                    )
-                )
+                problems.add(name, "unknown_source", f"unknown source (known: {known}, or rss)")
                 continue
             try:
                 result = SOURCES[source].harvest_open(
@@ -134,54 +153,47 @@ def harvest(
                     token=_token(settings, source),
                 )
             except Exception as error:  # one broken source must not stop the others
-                report.errors.append(f"{name}: {error}")
-                events.append(
-                    PipelineEvent(
-                        run_key=run_key,
-                        stage="harvest",
-                        source=name,
-                        kind="source_failed",
-                        detail=str(error),
-                    )
-                )
+                problems.add(name, "source_failed", str(error))
                 continue
             with session_scope(engine) as session:
                 counts = upsert_questions(session, result.questions)
             report.questions_new += counts.inserted
             report.questions_seen += len(result.questions)
             report.per_source[name] = Counter(result.counts) + Counter(new=counts.inserted)
-            report.errors += [f"{name}: {e}" for e in result.errors]
-            events += [
-                PipelineEvent(
-                    run_key=run_key, stage="harvest", source=name, kind="item_error", detail=e
-                )
-                for e in result.errors
-            ]
+            for error in result.errors:
+                problems.add(name, "item_error", error)
 
         urls = configured_feeds(settings, feeds)
-        if urls:
-            new_articles = _harvest_feeds(engine, client, urls, now, run_key, report, events)
-            if generate and new_articles:
-                result = generate_questions(new_articles, now=now)
-                with session_scope(engine) as session:
-                    counts = upsert_questions(session, result.questions)
-                report.questions_new += counts.inserted
-                report.per_source[GENERATED_SOURCE] = Counter(
-                    {f"dropped_{k}": v for k, v in result.dropped.items()}
-                ) + Counter(generated=len(result.questions), new=counts.inserted)
-    with session_scope(engine) as session:
-        record_events(session, events)
+        new_articles = _harvest_feeds(engine, client, urls, now, report, problems) if urls else []
+    if generate and new_articles:
+        generated = generate_questions(new_articles, now=now)
+        with session_scope(engine) as session:
+            counts = upsert_questions(session, generated.questions)
+        report.questions_new += counts.inserted
+        report.per_source[GENERATED_SOURCE] = Counter(
+            {f"dropped_{k}": v for k, v in generated.dropped.items()}
+        ) + Counter(generated=len(generated.questions), new=counts.inserted)
+    problems.save(engine)
+    report.errors = problems.lines
     return report
 
 
-def _harvest_feeds(engine, client, urls, now, run_key, report, events):
+def _harvest_feeds(
+    engine: Engine,
+    client: SourceClient,
+    urls: Sequence[str],
+    now: datetime,
+    report: HarvestReport,
+    problems: Problems,
+) -> list[Article]:
+    """Fetch the feeds with their stored conditional-GET state; returns the new articles."""
     with session_scope(engine) as session:
         states = {}
         for url in urls:
             etag, modified = get_feed_state(session, url)
             states[url] = FeedState(url=url, etag=etag, last_modified=modified)
     results = fetch_feeds(client, urls, states=states, now=now)
-    new_articles = []
+    new_articles: list[Article] = []
     with session_scope(engine) as session:
         for result in results:
             inserted = insert_articles(session, result.articles)
@@ -190,17 +202,8 @@ def _harvest_feeds(engine, client, urls, now, run_key, report, events):
             report.per_source[f"feed:{result.feed}"] = Counter(result.counts) + Counter(
                 new=inserted
             )
-            report.errors += [f"{result.feed}: {e}" for e in result.errors]
-            events.extend(
-                PipelineEvent(
-                    run_key=run_key,
-                    stage="harvest",
-                    source=result.feed,
-                    kind="feed_error",
-                    detail=e,
-                )
-                for e in result.errors
-            )
+            for error in result.errors:
+                problems.add(result.feed, "feed_error", error)
             set_feed_state(
                 session,
                 result.feed,
@@ -229,21 +232,21 @@ def resolve(
     are counted as waiting for manual resolution and the verdict is kept as an event.
     """
     report = ResolveReport()
-    events: list[PipelineEvent] = []
+    problems = Problems(run_key, "resolve")
     with session_scope(engine) as session:
         due = questions_due_for_resolution(session, now)
     if question_ids_filter is not None:
         wanted = set(question_ids_filter)
         due = [q for q in due if q.id in wanted]
-    by_source: dict[str, list[str]] = {}
-    for question in due:
-        by_source.setdefault(question.source, []).append(question.external_id)
     report.checked = len(due)
+    by_source: dict[str, list[Question]] = {}
+    for question in due:
+        by_source.setdefault(question.source, []).append(question)
+    outcomes: list[Outcome] = []
     with SourceClient(http_config(settings)) as client:
-        for name, external_ids in sorted(by_source.items()):
+        for name, questions in sorted(by_source.items()):
             if name == GENERATED_SOURCE:
-                generated = [q for q in due if q.source == GENERATED_SOURCE]
-                _judge_generated(engine, generated, judge, now, run_key, report, events)
+                outcomes += _judge_generated(engine, questions, judge, now, report, problems)
                 continue
             try:
                 source = SourceName(name)
@@ -253,49 +256,41 @@ def resolve(
                 result = SOURCES[source].fetch_resolutions(
                     client,
                     _base_url(settings, source),
-                    external_ids,
+                    [q.external_id for q in questions],
                     now=now,
                     token=_token(settings, source),
                 )
             except Exception as error:
-                report.errors.append(f"{name}: {error}")
-                events.append(
-                    PipelineEvent(
-                        run_key=run_key,
-                        stage="resolve",
-                        source=name,
-                        kind="source_failed",
-                        detail=str(error),
-                    )
-                )
+                problems.add(name, "source_failed", str(error))
                 continue
-            report.errors += [f"{name}: {e}" for e in result.errors]
-            events += [
-                PipelineEvent(
-                    run_key=run_key, stage="resolve", source=name, kind="item_error", detail=e
-                )
-                for e in result.errors
+            for error in result.errors:
+                problems.add(name, "item_error", error)
+            ids = {q.external_id: q.id for q in questions}
+            outcomes += [
+                _outcome(ids[r.external_id], r)
+                for r in result.resolutions
+                if r.final and r.external_id in ids
             ]
-            final = [r for r in result.resolutions if r.final]
-            with session_scope(engine) as session:
-                ids = question_ids(session, {(r.source, r.external_id) for r in final})
-                outcomes = [
-                    _outcome(ids[(r.source, r.external_id)], r)
-                    for r in final
-                    if (r.source, r.external_id) in ids
-                ]
-                recorded = record_outcomes(session, outcomes)
-            report.outcomes_recorded += len(recorded)
-            report.annulled += sum(1 for o in recorded if o.status is OutcomeStatus.ANNULLED)
     with session_scope(engine) as session:
-        record_events(session, events)
+        recorded = record_outcomes(session, outcomes)
+    report.outcomes_recorded = len(recorded)
+    report.annulled = sum(1 for o in recorded if o.status is OutcomeStatus.ANNULLED)
+    problems.save(engine)
+    report.errors = problems.lines
     return report
 
 
-def _judge_generated(engine, questions, judge, now, run_key, report, events) -> None:
+def _judge_generated(
+    engine: Engine,
+    questions: Sequence[Question],
+    judge: Complete | None,
+    now: datetime,
+    report: ResolveReport,
+    problems: Problems,
+) -> list[Outcome]:
     if judge is None:
         report.needs_manual += len(questions)
-        return
+        return []
     outcomes = []
     for question in questions:
         with session_scope(engine) as session:
@@ -304,25 +299,19 @@ def _judge_generated(engine, questions, judge, now, run_key, report, events) -> 
         resolution = verdict_to_resolution(question, verdict, now=now)
         if resolution is None:
             report.needs_manual += 1
-            events.append(
-                PipelineEvent(
-                    run_key=run_key,
-                    stage="resolve",
-                    source=GENERATED_SOURCE,
-                    level="warning",
-                    kind="needs_manual",
-                    detail=f"question {question.id}: {verdict.verdict} at confidence "
-                    f"{verdict.confidence:.2f} citing {list(verdict.evidence_ids)}",
-                )
+            problems.add(
+                GENERATED_SOURCE,
+                "needs_manual",
+                f"question {question.id}: {verdict.verdict} at confidence "
+                f"{verdict.confidence:.2f} citing {list(verdict.evidence_ids)}",
+                level="warning",
             )
             continue
         outcomes.append(_outcome(question.id, resolution))
-    with session_scope(engine) as session:
-        recorded = record_outcomes(session, outcomes)
-    report.outcomes_recorded += len(recorded)
+    return outcomes
 
 
-def _outcome(question_id: int, resolution) -> Outcome:
+def _outcome(question_id: int, resolution: SourceResolution) -> Outcome:
     value = resolution.value
     if resolution.status is OutcomeStatus.RESOLVED and value not in (0.0, 1.0):
         return Outcome(

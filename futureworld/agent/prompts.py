@@ -39,6 +39,13 @@ def render_question(question: Question, *, as_of: datetime, brief: bool = False)
     return "\n\n".join(parts)
 
 
+def encode_chat(tokenizer: PreTrainedTokenizerBase, user_message: str) -> list[int]:
+    """One user message in the chat template, ending with the assistant header."""
+    messages = [{"role": "user", "content": user_message}]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
 def encode_prompt(
     tokenizer: PreTrainedTokenizerBase, question: Question, *, as_of: datetime, brief: bool = False
 ) -> list[int]:

@@ -148,3 +148,43 @@ def test_generated_questions_resolve_through_the_judge_or_wait_for_a_person(
     assert outcome.raw["judge_verdict"] == "yes" and outcome.raw["confidence"] == 0.9
     assert outcome.raw["evidence_ids"]
     assert events[("resolve", "rss", "needs_manual")] == 1
+
+
+def test_a_configured_judge_agent_reads_the_news_and_its_unusable_verdict_waits(
+    engine, tmp_path
+) -> None:
+    """The judge is a registered agent's real model; an untrained tiny model cannot produce a
+    usable verdict, so the question waits for a person and the verdict is kept as an event."""
+    from datetime import UTC, datetime
+
+    from flows.runtime import configured_judge
+    from futureworld.domain import Agent, Question
+    from futureworld.policy.tiny import init_tiny_model
+    from storage.repositories.agents import ensure_agent
+    from storage.repositories.questions import upsert_questions
+
+    closed = datetime(2026, 4, 1, tzinfo=UTC)
+    model = init_tiny_model(tmp_path / "judge", seed=4)
+    with session_scope(engine) as session:
+        upsert_questions(
+            session,
+            [
+                Question(
+                    source="rss",
+                    external_id="gen-x",
+                    title="Will the Lune bridge reopen by April 1?",
+                    created_at=closed,
+                    info_cutoff_at=closed,
+                    close_at=closed,
+                )
+            ],
+        )
+        ensure_agent(session, Agent(name="judge", base_model=str(model), backend="local"))
+    settings = Settings(data_dir=tmp_path, judge_agent="judge")
+    judge = configured_judge(settings, engine)
+    assert judge is not None and isinstance(judge("Say yes."), str)
+    report = resolve(engine, settings, now=closed + timedelta(days=1), run_key="judge", judge=judge)
+    assert (report.checked, report.outcomes_recorded, report.needs_manual) == (1, 0, 1)
+    with session_scope(engine) as session:
+        assert event_counts(session, "judge")[("resolve", "rss", "needs_manual")] == 1
+    assert configured_judge(Settings(data_dir=tmp_path), engine) is None
