@@ -35,7 +35,7 @@ from futureworld.domain import (
 )
 from futureworld.rewards import DEFAULT_REWARD
 from futureworld.rl.config import Estimator, TrainConfig
-from futureworld.rl.trainer import train_policy
+from futureworld.rl.trainer import TrainResult, train_policy
 from storage.engine import session_scope
 from storage.repositories.agents import get_agent, latest_policy_version, register_policy_version
 from storage.repositories.rollouts import load_trajectories
@@ -60,6 +60,10 @@ class TrainReport:
     remaining_groups: int
     checkpoint_path: str
     steps: list[dict[str, float]] = field(default_factory=list)
+
+
+STEP_FLUSH_EVERY = 25
+"""Per-step metrics are written in batches of this many steps (and at the end)."""
 
 
 def checkpoint_dir(settings: Settings, agent: Agent, version: int) -> Path:
@@ -100,7 +104,7 @@ def _run_update(
     run_config: dict[str, Any],
     on_registered: Callable[[Any, int], None],
     resume_from: Path | None = None,
-) -> tuple[TrainingRun, Any, PolicyVersion]:
+) -> tuple[TrainingRun, TrainResult, PolicyVersion]:
     model_dir, adapter_dir = _model_and_adapter(agent, current, config.lora)
     with session_scope(engine) as session:
         run = start_training_run(
@@ -111,16 +115,20 @@ def _run_update(
     target.parent.mkdir(parents=True, exist_ok=True)
     _free_target(target)
 
-    def on_step(step: int, metrics: dict[str, float]) -> None:
+    pending: list[TrainStep] = []
+
+    def flush_steps() -> None:
         with session_scope(engine) as session:
-            record_train_steps(
-                session,
-                [
-                    TrainStep(
-                        training_run_id=run.id, step=step, loss=metrics["loss"], metrics=metrics
-                    )
-                ],
-            )
+            record_train_steps(session, pending)
+        pending.clear()
+
+    def on_step(step: int, metrics: dict[str, float]) -> None:
+        # Buffered, so the training loop does not pay a database commit per step.
+        pending.append(
+            TrainStep(training_run_id=run.id, step=step, loss=metrics["loss"], metrics=metrics)
+        )
+        if len(pending) >= STEP_FLUSH_EVERY:
+            flush_steps()
 
     try:
         result = train_policy(
@@ -133,9 +141,11 @@ def _run_update(
             on_step=on_step,
         )
     except BaseException as error:
+        flush_steps()
         with session_scope(engine) as session:
             finish_training_run(session, run.id, status="failed", error=repr(error)[:2000])
         raise
+    flush_steps()
     with session_scope(engine) as session:
         version = register_policy_version(
             session,
