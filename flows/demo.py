@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from flows.demo_report import PanelScore, RoundMetrics, learned, round_metrics, write_report
 from flows.settings import Settings
@@ -85,7 +87,6 @@ Progress = Callable[[str, int, int], None]
 
 def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult:
     from flows.pipeline import daily_cycle_flow, resolve_and_backfill_flow
-    from flows.stages.training import supervised_finetune
     from futureworld.agent.demonstrations import answer_text
     from futureworld.agent.prompts import SYSTEM_PROMPT
     from futureworld.domain import Agent
@@ -153,7 +154,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             Agent(name=LEARNER, base_model=str(model_dir), backend="local", generation=generation),
         )
         ensure_agent(session, Agent(name=CROWD, base_model="crowd", backend="baseline"))
-    _warm_start(engine, settings, model_dir, examples, config, supervised_finetune)
+    _warm_start(engine, settings, model_dir, examples, config)
 
     panel = _panel(panel_world, config.panel_questions)
     panels: list[PanelScore] = []
@@ -163,8 +164,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         "grad_accum_steps": 16,
         "temperature": config.temperature,
     }
-    with serve_world(world, clock) as server:
-        _export(settings, server.manifold_base_url)
+    with serve_world(world, clock) as server, _flow_environment(settings, server):
         for r in range(config.rounds):
             report(f"round {r}: daily cycle on {clock.now().date()}", 1 + r, total)
             daily_cycle_flow(
@@ -202,9 +202,10 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     return DemoResult(rounds=metrics, report=path, out_dir=out_dir, learned=learned(metrics))
 
 
-def _warm_start(engine, settings, model_dir, examples, config, supervised_finetune) -> None:
+def _warm_start(engine, settings, model_dir, examples, config) -> None:
     from transformers import AutoTokenizer
 
+    from flows.stages.training import supervised_finetune
     from futureworld.agent.demonstrations import (
         Demonstration,
         answer_text,
@@ -303,8 +304,22 @@ def _score_panel(engine, settings, panel, round_no, config) -> PanelScore:
     )
 
 
-def _export(settings: Settings, manifold_base_url: str) -> None:
-    """The Prefect flows build their settings from the environment: point them at the demo."""
-    os.environ["FW_DATA_DIR"] = str(settings.data_dir)
-    os.environ["FW_DB_URL"] = settings.database_url
-    os.environ["FW_MANIFOLD_BASE_URL"] = manifold_base_url
+@contextmanager
+def _flow_environment(settings: Settings, server: Any) -> Iterator[None]:
+    """The Prefect flows build their settings from the environment: point them at the demo's
+    database and world for the duration of the rounds, then put the environment back."""
+    values = {
+        "FW_DATA_DIR": str(settings.data_dir),
+        "FW_DB_URL": settings.database_url,
+        "FW_MANIFOLD_BASE_URL": server.manifold_base_url,
+    }
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -5,6 +5,7 @@ on stale rollouts, and the report folder holds the per-round metrics and plots."
 from __future__ import annotations
 
 import json
+import os
 
 from flows.demo import DemoConfig, run_demo
 
@@ -23,7 +24,9 @@ def test_ci_sized_demo_runs_the_whole_loop_and_writes_its_report(prefect_harness
         min_groups=2,
     )
     steps: list[str] = []
+    before = os.environ.get("FW_DB_URL")
     result = run_demo(config, lambda step, done, total: steps.append(step))
+    assert os.environ.get("FW_DB_URL") == before  # the demo's flow settings do not leak
 
     assert [m.round for m in result.rounds] == [0, 1, 2]
     versions = [m.policy_version for m in result.rounds]
