@@ -16,10 +16,10 @@ from sqlalchemy import Engine
 from futureworld.domain import Outcome
 from futureworld.sources.forecastbench import (
     ForecastBenchFormatError,
-    match_resolutions,
     parse_question_set,
     parse_resolution_set,
 )
+from futureworld.sources.forecastbench_outcomes import match_resolutions
 from storage.engine import session_scope
 from storage.repositories.questions import question_ids, record_outcomes, upsert_questions
 

@@ -12,6 +12,7 @@ import pytest
 
 from futureworld.domain import OutcomeStatus
 from futureworld.sources import forecastbench as fb
+from futureworld.sources import forecastbench_outcomes as fbo
 
 REPO = Path(__file__).resolve().parents[2]
 RAW = (
@@ -36,8 +37,8 @@ def resolution_set() -> fb.ResolutionSetImport:
 @pytest.fixture(scope="module")
 def matches(
     question_set: fb.QuestionSetImport, resolution_set: fb.ResolutionSetImport
-) -> list[fb.ResolutionMatch]:
-    return fb.match_resolutions(question_set.questions, resolution_set.rows)
+) -> list[fbo.ResolutionMatch]:
+    return fbo.match_resolutions(question_set.questions, resolution_set.rows)
 
 
 def _is_market(question_source: str) -> bool:
@@ -112,7 +113,7 @@ def test_real_resolution_set_rows(resolution_set: fb.ResolutionSetImport) -> Non
     assert sum(r.resolved for r in market) == 112
 
 
-def test_real_resolutions_match_documented_counts(matches: list[fb.ResolutionMatch]) -> None:
+def test_real_resolutions_match_documented_counts(matches: list[fbo.ResolutionMatch]) -> None:
     resolved_market = [
         m for m in matches if _is_market(m.source) and m.status is OutcomeStatus.RESOLVED
     ]
@@ -130,7 +131,7 @@ def test_real_resolutions_match_documented_counts(matches: list[fb.ResolutionMat
 
 
 def test_dataset_resolution_joins_on_id_and_date(
-    matches: list[fb.ResolutionMatch], resolution_set: fb.ResolutionSetImport
+    matches: list[fbo.ResolutionMatch], resolution_set: fb.ResolutionSetImport
 ) -> None:
     row = next(r for r in resolution_set.rows if r.source == "acled")
     match = next(
@@ -147,7 +148,7 @@ def test_dataset_resolution_joins_on_id_and_date(
 def test_open_market_rows_and_unresolved_horizons_stay_open(
     question_set: fb.QuestionSetImport,
     resolution_set: fb.ResolutionSetImport,
-    matches: list[fb.ResolutionMatch],
+    matches: list[fbo.ResolutionMatch],
 ) -> None:
     matched = {m.external_id for m in matches}
     open_ids = {
@@ -285,7 +286,7 @@ def test_nan_resolution_stays_open_and_missing_market_is_annulled() -> None:
     )
     rows = fb.parse_resolution_set(text, "r.json").rows
     assert rows[1].value is None
-    matches = {m.external_id: m for m in fb.match_resolutions(questions, rows)}
+    matches = {m.external_id: m for m in fbo.match_resolutions(questions, rows)}
     assert matches["m1"].status is OutcomeStatus.RESOLVED and matches["m1"].value == 0.0
     assert "m2" not in matches
     assert matches["m3"].status is OutcomeStatus.ANNULLED
@@ -296,7 +297,7 @@ def test_resolution_set_of_another_question_set_is_refused() -> None:
     questions = fb.parse_question_set(_question_file(_market(id="m1")), "t.json").questions
     rows = fb.parse_resolution_set(_resolution_file(_row(id="other")), "r.json").rows
     with pytest.raises(ValueError, match="refusing to annul them all"):
-        fb.match_resolutions(questions, rows)
+        fbo.match_resolutions(questions, rows)
 
 
 def test_duplicate_rows_are_counted_and_conflicting_ones_rejected() -> None:
