@@ -40,6 +40,13 @@ def train_command(
     resume: Annotated[
         Path | None, typer.Option("--resume", help="Continue from this checkpoint's state.")
     ] = None,
+    fresh_optimizer: Annotated[
+        bool,
+        typer.Option(
+            "--fresh-optimizer",
+            help="Start a new AdamW instead of continuing the newest RL version's moments.",
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Replay completed groups into a staleness-corrected update; register the new version."""
@@ -72,6 +79,7 @@ def train_command(
             reuse=reuse,
             config_overrides=overrides,
             resume_from=resume,
+            fresh_optimizer=fresh_optimizer,
         )
     if report is None:
         console.print("nothing to train on: no completed, unconsumed group with 2+ scored rollouts")

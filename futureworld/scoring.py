@@ -1,8 +1,9 @@
 """Proper scoring rules and calibration metrics: pure, vectorised numpy functions.
 
 Owns the formulas of ARCHITECTURE.md §5 (Brier, log score, accuracy, ECE, reliability bins,
-Brier Index, Brier skill, bootstrap intervals, RLCR, CRPS from quantiles). It does not know
-about trajectories or outcomes (rewards.py) nor about groups of forecasts (evaluation.py).
+Brier Index, Brier skill, bootstrap intervals (plain and paired by question), RLCR, CRPS from
+quantiles). It does not know about trajectories or outcomes (rewards.py) nor about groups of
+forecasts (evaluation.py).
 Sign convention: `brier` and `crps` are lower-is-better; `log_score` and rewards higher-is-better.
 """
 
@@ -153,6 +154,67 @@ def bootstrap_ci(
     alpha = (1.0 - level) / 2.0
     lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
     return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """statistic(after) − statistic(before) on the same questions, with its bootstrap interval."""
+
+    before: float
+    after: float
+    difference: float
+    ci: tuple[float, float]
+
+
+def paired_bootstrap_difference(
+    before: ArrayLike,
+    after: ArrayLike,
+    statistic: Callable[[NDArray, NDArray], float],
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> PairedDifference:
+    """Percentile bootstrap of statistic(after) − statistic(before), resampling questions.
+
+    `before` and `after` are (N, 3) rows of (question, p, y): two sets of forecasts of the same
+    questions (e.g. two policy versions on one evaluation panel, several samples a question; a
+    question one side has no forecast for simply adds nothing to that side).
+    Each resample draws questions with replacement and keeps every forecast of a drawn question,
+    in both sets: the outcome noise the two sets share cancels out of the difference, and the
+    samples of one question are not mistaken for independent evidence. `statistic(p, y)` is a
+    score such as `brier` or `expected_calibration_error`.
+    """
+    a = np.asarray(before, dtype=np.float64).reshape(-1, 3)
+    b = np.asarray(after, dtype=np.float64).reshape(-1, 3)
+    if a.shape[0] == 0 or b.shape[0] == 0:
+        raise ValueError("a paired bootstrap needs forecasts on both sides")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1; got {n_resamples}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1); got {level}")
+    questions = np.union1d(a[:, 0], b[:, 0])
+    a_q, b_q = np.searchsorted(questions, a[:, 0]), np.searchsorted(questions, b[:, 0])
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, questions.size, size=(n_resamples, questions.size))
+    rows_a, rows_b = np.arange(a.shape[0]), np.arange(b.shape[0])
+    stats = np.empty(n_resamples)
+    for i, drawn in enumerate(draws):
+        times = np.bincount(drawn, minlength=questions.size)
+        pick_a = np.repeat(rows_a, times[a_q])
+        pick_b = np.repeat(rows_b, times[b_q])
+        if pick_a.size == 0 or pick_b.size == 0:  # drew only questions one side never answered
+            stats[i] = np.nan
+            continue
+        stats[i] = float(statistic(b[pick_b, 1], b[pick_b, 2])) - float(
+            statistic(a[pick_a, 1], a[pick_a, 2])
+        )
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.nanquantile(stats, [alpha, 1.0 - alpha])
+    first = float(statistic(a[:, 1], a[:, 2]))
+    last = float(statistic(b[:, 1], b[:, 2]))
+    return PairedDifference(
+        before=first, after=last, difference=last - first, ci=(float(lo), float(hi))
+    )
 
 
 def rlcr_reward(correct: bool, confidence: float) -> float:

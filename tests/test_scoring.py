@@ -165,3 +165,46 @@ def test_crps_rejects_mismatched_levels() -> None:
         scoring.crps_from_quantiles([1.0, 2.0], [0.25, 0.5, 0.75], 1.0)
     with pytest.raises(ValueError, match=r"levels must lie in \(0, 1\)"):
         scoring.crps_from_quantiles([1.0], [1.0], 1.0)
+
+
+def test_paired_bootstrap_difference_sees_a_small_shared_noise_gain() -> None:
+    rng = np.random.default_rng(0)
+    n = 400
+    p_true = rng.choice([0.1, 0.3, 0.5, 0.7, 0.9], size=n)
+    y = (rng.random(n) < p_true).astype(float)
+    over = 1 / (1 + np.exp(-3 * np.log(p_true / (1 - p_true))))  # over-confident
+    questions = np.arange(n, dtype=float)
+    before = np.stack([questions, over, y], axis=1)
+    after = np.stack([questions, p_true, y], axis=1)
+    result = scoring.paired_bootstrap_difference(before, after, scoring.brier, n_resamples=500)
+    assert result.before == pytest.approx(scoring.brier(over, y))
+    assert result.after == pytest.approx(scoring.brier(p_true, y))
+    assert result.difference == pytest.approx(result.after - result.before)
+    lo, hi = result.ci
+    assert lo <= result.difference <= hi < 0  # calibrating is a clear gain, pairwise
+    # the unpaired interval of the first Brier alone is much wider than the paired one
+    first_lo, first_hi = scoring.bootstrap_ci(
+        np.stack([over, y], 1), lambda r: scoring.brier(r[:, 0], r[:, 1]), n_resamples=500
+    )
+    assert hi - lo < (first_hi - first_lo) / 2
+    same = scoring.paired_bootstrap_difference(before, before, scoring.brier, n_resamples=200)
+    assert same.difference == 0.0 and same.ci == (0.0, 0.0)
+
+
+def test_paired_bootstrap_difference_keeps_a_questions_samples_together() -> None:
+    # Two questions, many samples each: only two independent units, so the interval is wide
+    # (a per-forecast bootstrap would call a 400-sample difference certain).
+    before = [(q, 0.5, float(q)) for q in (0, 1) for _ in range(200)]
+    after = [(0, 0.1, 0.0)] * 200 + [(1, 0.4, 1.0)] * 200
+    result = scoring.paired_bootstrap_difference(
+        before, after, scoring.brier, n_resamples=400, seed=1
+    )
+    assert result.difference == pytest.approx((0.01 + 0.36) / 2 - 0.25)
+    lo, hi = result.ci
+    assert lo == pytest.approx(0.01 - 0.25) and hi == pytest.approx(0.36 - 0.25)
+    with pytest.raises(ValueError, match="both sides"):
+        scoring.paired_bootstrap_difference([], after, scoring.brier)
+    ece = scoring.paired_bootstrap_difference(
+        before, after, scoring.expected_calibration_error, n_resamples=50
+    )
+    assert ece.before == pytest.approx(0.0)

@@ -88,6 +88,28 @@ def _model_and_adapter(
     return checkpoint, None
 
 
+def _continued_optimizer(current: PolicyVersion, config: TrainConfig) -> Path | None:
+    """The current version's checkpoint when its AdamW state should carry into this update.
+
+    RL versions continue one another's moments, as one long-running trainer would: a fresh
+    AdamW's first steps are sign-like, lr-sized moves of every weight, which on noisy,
+    outcome-driven rewards are mostly noise. The state of a supervised (SFT) update, or of
+    a full fine-tune when this is LoRA (or the reverse), does not carry over.
+    """
+    from futureworld.rl.checkpoints import OPTIMIZER_FILE, TRAINER_STATE_FILE
+
+    checkpoint = Path(current.checkpoint_path)
+    state_file = checkpoint / TRAINER_STATE_FILE
+    if not (state_file.is_file() and (checkpoint / OPTIMIZER_FILE).is_file()):
+        return None
+    trained = json.loads(state_file.read_text()).get("config", {})
+    if trained.get("estimator") == Estimator.SFT or config.estimator is Estimator.SFT:
+        return None
+    if bool(trained.get("lora")) != config.lora:
+        return None
+    return checkpoint
+
+
 def _free_target(target: Path) -> None:
     if target.exists():
         target.rename(target.with_name(f"{target.name}.unregistered-{int(time.time())}"))
@@ -192,10 +214,13 @@ def replay_and_train(
     reuse: bool = False,
     config_overrides: dict[str, Any] | None = None,
     resume_from: Path | None = None,
+    fresh_optimizer: bool = False,
 ) -> TrainReport | None:
     """Train `agent_name`'s newest policy on its completed, unconsumed groups (oldest first).
 
-    Returns None, changing nothing, when fewer than `min_groups` groups are ready.
+    Returns None, changing nothing, when fewer than `min_groups` groups are ready. The AdamW
+    state of the newest version carries over when it was an RL update of the same kind
+    (`_continued_optimizer`), unless `fresh_optimizer` or an explicit `resume_from` is given.
     """
     config = train_config(settings, estimator=estimator, lora=lora, overrides=config_overrides)
     with session_scope(engine) as session:
@@ -229,6 +254,9 @@ def replay_and_train(
     def consume(session: Any, run_id: int) -> None:
         record_consumption(session, run_id, agent.id, items)
 
+    if resume_from is None and not fresh_optimizer:
+        resume_from = _continued_optimizer(current, config)
+    run_config["resumed_from"] = None if resume_from is None else str(resume_from)
     run, result, version = _run_update(
         engine,
         settings,

@@ -213,7 +213,8 @@ def train_policy(
     """Trains the policy at `model_dir` (+ `adapter_dir`) on `rollouts`; writes `output_dir`.
 
     `rollouts` are in replay order (oldest first). `resume_from` is a checkpoint of an
-    earlier call: its weights/adapter, optimizer state and step counter are continued.
+    earlier call: its weights/adapter, AdamW moments and step counter are continued, under this
+    call's learning rate, betas and weight decay.
     """
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     require_free_target(output_dir)
@@ -246,7 +247,14 @@ def train_policy(
     )
     global_step = 0
     if resume is not None:
+        # The moments and step counts carry over; this update's hyper-parameters stand.
         load_optimizer_state(optimizer, resume)
+        for group in optimizer.param_groups:
+            group.update(
+                lr=config.learning_rate,
+                betas=config.adam_betas,
+                weight_decay=config.weight_decay,
+            )
         global_step = int(resumed["global_step"])
     staleness = [r.staleness for r in advantages.rollouts]
     history: list[dict[str, float]] = []

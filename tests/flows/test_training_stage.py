@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import torch
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
@@ -65,11 +66,24 @@ def test_replay_and_train_registers_a_new_version_exactly_once(
     assert again is not None and again.to_version == 2
     # Stale data (v0 rollouts trained into v2) is corrected, not dropped.
     assert again.rollouts == 9
+    # v2 continues v1's AdamW moments (v1 is an RL update); a fresh optimizer can be asked for
+    third = replay_and_train(
+        engine, settings, "tiny", reuse=True, config_overrides=FAST, fresh_optimizer=True
+    )
+    assert third is not None and third.to_version == 3
+    with session_scope(engine) as session:
+        configs = {run.to_version: run.config for run in session.scalars(select(TrainingRunRow))}
+    assert configs[1]["resumed_from"] is None  # v0 is the base model: nothing to continue
+    assert configs[2]["resumed_from"] == report.checkpoint_path
+    assert configs[3]["resumed_from"] is None
+    optimizer = torch.load(Path(again.checkpoint_path) / "optimizer.pt", weights_only=True)
+    first_steps = len(report.steps)
+    assert {int(v["step"]) for v in optimizer["state"].values()} == {first_steps + len(again.steps)}
 
     new = predict(
         engine, "tiny", samples=2, as_of=CUTOFF, runner_factory=runner_factory(settings, engine)
     )
-    assert new.policy_version == 2
+    assert new.policy_version == 3
     assert new.questions == 0  # all questions are resolved by now: nothing open to forecast
 
 

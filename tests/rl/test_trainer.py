@@ -178,6 +178,20 @@ def test_resume_continues_weights_and_optimizer_state(tiny_model_dir, tmp_path):
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
+def test_resume_keeps_the_moments_but_takes_the_new_learning_rate(tiny_model_dir, tmp_path):
+    data = _scored(tiny_model_dir)
+    first = train_sft(
+        tiny_model_dir, data, dataclasses.replace(FAST, learning_rate=3e-3), tmp_path / "a"
+    )
+    slow = dataclasses.replace(FAST, learning_rate=1e-5, weight_decay=0.1)
+    rest = train_sft(tiny_model_dir, data, slow, tmp_path / "b", resume_from=first.checkpoint_path)
+    saved = torch.load(rest.checkpoint_path / "optimizer.pt", weights_only=True)
+    assert {(g["lr"], g["weight_decay"]) for g in saved["param_groups"]} == {(1e-5, 0.1)}
+    before = torch.load(first.checkpoint_path / "optimizer.pt", weights_only=True)
+    steps = {float(v["step"]) for v in saved["state"].values()}
+    assert steps == {float(v["step"]) + rest.steps for v in before["state"].values()}
+
+
 def test_sft_accepts_bare_trajectories_and_lowers_their_loss(tiny_model_dir, tmp_path):
     trajectories = [r.trajectory for r in _scored(tiny_model_dir)]
     config = dataclasses.replace(FAST, ppo_epochs=5)
