@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import random
 import tempfile
 import time
 from collections.abc import Sequence
@@ -50,8 +49,14 @@ from futureworld.policy.tiny import init_tiny_model
 from futureworld.rewards import UNPARSEABLE_REWARD
 from futureworld.rl.config import Estimator, TrainConfig
 from futureworld.rl.trainer import train_policy, train_sft
-from futureworld.scoring import accuracy, bootstrap_ci, brier, expected_calibration_error
-from futureworld.world import World, WorldConfig
+from futureworld.scoring import (
+    accuracy,
+    bootstrap_ci,
+    brier,
+    expected_calibration_error,
+    paired_bootstrap_difference,
+)
+from futureworld.world import World, WorldConfig, sft_examples
 
 EVAL_DAY = 10_000
 """The fixed evaluation questions come from a day no round reaches."""
@@ -70,11 +75,9 @@ class CurveConfig:
     """Tiny Qwen2 layers."""
     sft_days: int = 5
     """World days (of `questions` questions each) whose questions form the SFT set."""
-    sft_copies: int = 1
-    """Demonstrations per SFT question (each with its own noisy target when sft_noise > 0)."""
     sft_epochs: int = 20
     """Passes over the SFT set."""
-    sft_lr: float = 3e-3
+    sft_lr: float = 1e-3
     """SFT AdamW learning rate."""
     sharpening: float = 3.0
     """Reference over-confidence s: target σ(s · logit(p_true))."""
@@ -91,7 +94,7 @@ class CurveConfig:
     """Sampling temperature (the update recomputes log-probs at the same one)."""
     max_new_tokens: int = 12
     """Generated tokens per answer."""
-    lr: float = 5e-4
+    lr: float = 1e-3
     """RL AdamW learning rate."""
     ppo_epochs: int = 1
     """Passes over each update's data."""
@@ -100,7 +103,7 @@ class CurveConfig:
     than packing (no block-diagonal attention mask to build)."""
     sft_accum: int = 4
     """Rows (rollouts, with micro_batch_tokens=1) per SFT optimiser step."""
-    accum: int = 16
+    accum: int = 40
     """Rows per RL optimiser step."""
     title_only: bool = True
     """Show the question title alone (it states the cue): a ~40% shorter prompt."""
@@ -108,14 +111,16 @@ class CurveConfig:
     """Advantage estimator."""
     delay: int = 1
     """Rounds between sampling a group and its rewards arriving for training (≥ 0)."""
-    eval_questions: int = 100
+    eval_questions: int = 1000
     """Fixed evaluation questions, scored at every round."""
-    eval_samples: int = 4
+    eval_samples: int = 2
     """Samples per evaluation question."""
+    resume: bool = True
+    """Carry the AdamW state from one RL version to the next."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "estimator", Estimator(self.estimator))
-        for name in ("hidden_size", "num_layers", "sft_copies", "questions", "group"):
+        for name in ("hidden_size", "num_layers", "questions", "group"):
             if getattr(self, name) < 1:
                 raise ValueError(f"CurveConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("sft_days", "sft_epochs", "rounds", "delay", "eval_questions"):
@@ -134,6 +139,12 @@ class Scored:
     p: tuple[float | None, ...]
     y: tuple[float, ...]
     p_true: tuple[float, ...]
+    question: tuple[int, ...]
+
+    def rows(self) -> list[tuple[int, float, float]]:
+        """(question, p, y) of the parsed forecasts, for the paired bootstrap."""
+        rows = zip(self.question, self.p, self.y, strict=True)
+        return [(q, p, y) for q, p, y in rows if p is not None]
 
     def metrics(self) -> dict[str, float]:
         ok = [i for i, p in enumerate(self.p) if p is not None]
@@ -181,20 +192,19 @@ def _questions(
 
 
 def _sft_trajectories(cfg: CurveConfig, world: World, tokenizer) -> list[Trajectory]:
-    rng = random.Random(f"{cfg.seed}:sft")
+    """The world's over-confident (and noisy) reference answers as demonstrations."""
     out = []
-    for day in range(cfg.sft_days):
-        items = _questions(world, day, 1 + 1000 * day, title_only=cfg.title_only)
-        for question, _, p_true in items:
-            for copy in range(cfg.sft_copies):
-                logit = cfg.sharpening * math.log(p_true / (1 - p_true))
-                target = 1 / (1 + math.exp(-(logit + rng.gauss(0.0, cfg.sft_noise))))
-                demo = Demonstration(question=question, completion=answer_text(target))
-                out.append(
-                    demonstration_trajectory(
-                        tokenizer, demo, agent_id=1, policy_version=0, sample_index=copy
-                    )
-                )
+    examples = sft_examples(
+        world, cfg.sft_days, sharpening=cfg.sharpening, noise_logit=cfg.sft_noise
+    )
+    for n, example in enumerate(examples):
+        question = dataclasses.replace(example.question, id=1 + n)
+        if cfg.title_only:
+            question = dataclasses.replace(question, background="", resolution_criteria="")
+        demo = Demonstration(question=question, completion=answer_text(example.target_p_yes))
+        out.append(
+            demonstration_trajectory(tokenizer, demo, agent_id=1, policy_version=0, sample_index=0)
+        )
     return out
 
 
@@ -209,7 +219,7 @@ def _sample(
 ) -> tuple[list[list[Trajectory]], Scored]:
     corpus = InMemoryCorpus([])
     agent = AgentConfig(max_turns=1, max_new_tokens=cfg.max_new_tokens)
-    groups, ps, ys, ts = [], [], [], []
+    groups, ps, ys, ts, qs = [], [], [], [], []
     for k, (question, y, p_true) in enumerate(items):
         params = SamplingParams(temperature=cfg.temperature, seed=seed * 100_003 + k)
         group = run_group(
@@ -228,7 +238,8 @@ def _sample(
             ps.append(traj.p_yes if traj.parse_status == "ok" else None)
             ys.append(y)
             ts.append(p_true)
-    return groups, Scored(tuple(ps), tuple(ys), tuple(ts))
+            qs.append(k)
+    return groups, Scored(tuple(ps), tuple(ys), tuple(ts), tuple(qs))
 
 
 def _rewarded(
@@ -289,8 +300,12 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
             f"SFT: {len(demos)} demonstrations, {result.steps} steps, "
             f"{time.perf_counter() - started:.0f}s"
         )
-    eval_items = _questions(world, EVAL_DAY, 10_000_000, title_only=cfg.title_only)
-    eval_items = eval_items[: cfg.eval_questions]
+    eval_world = World(WorldConfig(seed=cfg.seed, questions_per_day=250, cancel_rate=0.0))
+    eval_items = [
+        item
+        for day in range(EVAL_DAY, EVAL_DAY + math.ceil(cfg.eval_questions / 250))
+        for item in _questions(eval_world, day, 10_000_000 + 1000 * day, title_only=cfg.title_only)
+    ][: cfg.eval_questions]
     train_cfg = TrainConfig(
         estimator=cfg.estimator,
         learning_rate=cfg.lr,
@@ -309,6 +324,7 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
     rows: list[dict[str, float]] = []
     pending: dict[int, tuple[list[ScoredRollout], int]] = {}
     version = 0
+    panels: list[Scored] = []
     for r in range(cfg.rounds + 1):
         t0 = time.perf_counter()
         sampled_by = version
@@ -318,6 +334,7 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
         evaled = _sample(
             backend, eval_items, cfg, samples=cfg.eval_samples, version=version, seed=7_777
         )[1]
+        panels.append(evaled)
         pending[r] = ([], version)
         pending[r][0].extend(_rewarded(groups, [y for _, y, _ in items], 0))
         ready = r - cfg.delay
@@ -329,6 +346,7 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
                 rollouts,
                 dataclasses.replace(train_cfg, seed=cfg.seed * 1000 + r),
                 work / f"v{version + 1}",
+                resume_from=current if (cfg.resume and version > 0) else None,
             )
             current, version = result.checkpoint_path, version + 1
         m, e = scored.metrics(), evaled.metrics()
@@ -346,13 +364,19 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
     first, last = rows[0], rows[-1]
     # Brier and ECE are over parsed answers, so a policy that stops answering must not pass.
     answering = last["eval_parsed"] >= first["eval_parsed"] - 0.05
-    learned = answering and last["eval_brier"] < first["eval_brier"] - first["eval_brier_half"]
-    calibrated = answering and last["eval_ece"] < first["eval_ece"]
+    paired = {
+        name: paired_bootstrap_difference(panels[0].rows(), panels[-1].rows(), score)
+        for name, score in (("Brier", brier), ("ECE", expected_calibration_error))
+    }
+    learned = answering and all(d.ci[1] < 0 for d in paired.values())
     print(
-        f"wall {time.perf_counter() - started:.0f}s; eval Brier {first['eval_brier']:.3f} → "
-        f"{last['eval_brier']:.3f} (round-0 ±{first['eval_brier_half']:.3f}): "
-        f"{'LEARNED' if learned else 'no clear gain'}; ECE {first['eval_ece']:.3f} → "
-        f"{last['eval_ece']:.3f}: {'down' if calibrated else 'not down'}"
+        f"wall {time.perf_counter() - started:.0f}s; eval (paired over questions) "
+        + "; ".join(
+            f"{name} {d.before:.3f} → {d.after:.3f} (Δ {d.difference:+.3f}, 95% CI "
+            f"[{d.ci[0]:+.3f}, {d.ci[1]:+.3f}])"
+            for name, d in paired.items()
+        )
+        + f": {'LEARNED' if learned else 'no clear gain'}"
     )
     return rows
 

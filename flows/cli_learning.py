@@ -116,10 +116,10 @@ def evaluate_command(
 
 
 def demo_command(
-    rounds: Annotated[int, typer.Option(help="Simulated days of the daily cycle.")] = 16,
+    rounds: Annotated[int, typer.Option(help="Simulated days of the daily cycle.")] = 30,
     questions_per_day: Annotated[int, typer.Option(help="New questions per day.")] = 40,
     samples: Annotated[int, typer.Option("--samples", "-G", help="Rollouts per question.")] = 8,
-    panel: Annotated[int, typer.Option(help="Held-out panel questions scored each round.")] = 100,
+    panel: Annotated[int, typer.Option(help="Held-out panel questions scored each round.")] = 2000,
     seed: Annotated[int, typer.Option(help="World and model seed.")] = 0,
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("reports/demo"),
 ) -> None:
@@ -182,12 +182,9 @@ def demo_command(
             "—" if m.staleness is None else f"{m.staleness:.2f}",
         )
     console.print(table)
-    first, last = result.rounds[0], result.rounds[-1]
+    verdict = "no forecasts to compare" if result.claim is None else result.claim.summary()
     console.print(
-        f"Brier {first.brier:.4f} → {last.brier:.4f} (round-0 95% CI "
-        f"[{first.brier_ci[0]:.4f}, {first.brier_ci[1]:.4f}]), ECE {first.ece:.4f} → "
-        f"{last.ece:.4f}: {'learned' if result.learned else 'no clear improvement'}. "
-        f"Report: {result.report}"
+        f"Round 0 → last round, paired over the panel: {verdict}. Report: {result.report}"
     )
 
 

@@ -5,6 +5,13 @@ outcomes every round), forecast by the policy version of that round: round-to-ro
 then the policy's, not the luck of that day's questions. The Brier of the world's true
 probabilities on the panel is the floor. The round's own live forecasts are scored too, once
 their questions resolve (`live_brier`), for reference.
+
+The learning claim compares the last round with round 0 on that panel: Brier and ECE must both
+drop, each by more than its 95% paired bootstrap interval (resampling panel questions with all
+their samples, in both rounds at once), i.e. the interval of the difference lies below zero.
+Pairing is what the design of a fixed panel buys: the outcome noise both rounds share cancels,
+so the test sees the policy's change rather than which way the panel's coins fell. Each
+round's own (unpaired) Brier interval is reported as well.
 """
 
 from __future__ import annotations
@@ -20,11 +27,13 @@ from sqlalchemy import Engine
 from futureworld.domain import OutcomeStatus
 from futureworld.evaluation import plot_metric_by_round, plot_reliability
 from futureworld.scoring import (
+    PairedDifference,
     accuracy,
     bootstrap_ci,
     brier,
     expected_calibration_error,
     log_score,
+    paired_bootstrap_difference,
 )
 from storage.engine import session_scope
 from storage.repositories.agents import get_agent
@@ -44,7 +53,13 @@ class PanelScore:
     p_yes: tuple[float, ...]
     y: tuple[float, ...]
     p_true: tuple[float, ...]
+    question: tuple[int, ...]
+    """Index of the panel question each forecast is of (several samples per question)."""
     unparsed: int
+
+    def rows(self) -> list[tuple[int, float, float]]:
+        """(question, p, y) per forecast, as `paired_bootstrap_difference` takes them."""
+        return list(zip(self.question, self.p_yes, self.y, strict=True))
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,43 @@ class RoundMetrics:
     live_n: int
     staleness: float | None
     """Mean staleness (in versions) of the data that trained this round's policy."""
+
+
+@dataclass(frozen=True)
+class LearningClaim:
+    """Round 0 against the last round on the panel, paired by question."""
+
+    brier: PairedDifference
+    ece: PairedDifference
+
+    @property
+    def learned(self) -> bool:
+        """Brier and ECE both lower, each beyond its 95% paired bootstrap interval."""
+        return self.brier.ci[1] < 0.0 and self.ece.ci[1] < 0.0
+
+    def summary(self) -> str:
+        def line(name: str, d: PairedDifference) -> str:
+            return (
+                f"{name} {d.before:.4f} → {d.after:.4f} (Δ {d.difference:+.4f}, 95% CI "
+                f"[{d.ci[0]:+.4f}, {d.ci[1]:+.4f}])"
+            )
+
+        verdict = "learned" if self.learned else "no clear improvement"
+        return f"{line('Brier', self.brier)}; {line('ECE', self.ece)}: {verdict}"
+
+
+def learning_claim(panels: Sequence[PanelScore], n_resamples: int = 1000) -> LearningClaim | None:
+    """The claim of the first against the last panel; None when either has no forecast."""
+    first, last = panels[0], panels[-1]
+    if not first.p_yes or not last.p_yes:
+        return None
+    before, after = first.rows(), last.rows()
+    return LearningClaim(
+        brier=paired_bootstrap_difference(before, after, brier, n_resamples=n_resamples),
+        ece=paired_bootstrap_difference(
+            before, after, expected_calibration_error, n_resamples=n_resamples
+        ),
+    )
 
 
 def round_metrics(
@@ -130,7 +182,12 @@ def round_metrics(
 
 
 def write_report(
-    out_dir: Path, metrics: Sequence[RoundMetrics], panels: Sequence[PanelScore], *, header: str
+    out_dir: Path,
+    metrics: Sequence[RoundMetrics],
+    panels: Sequence[PanelScore],
+    claim: LearningClaim | None,
+    *,
+    header: str,
 ) -> Path:
     """metrics.json, report.md and PNG plots (Brier and ECE by round, reliability diagrams of
     the first and last rounds) in `out_dir`."""
@@ -156,6 +213,20 @@ def write_report(
                     }
                     for m in metrics
                 ],
+                "claim": None
+                if claim is None
+                else {
+                    "learned": claim.learned,
+                    **{
+                        name: {
+                            "first": d.before,
+                            "last": d.after,
+                            "difference": d.difference,
+                            "ci": list(d.ci),
+                        }
+                        for name, d in (("brier", claim.brier), ("ece", claim.ece))
+                    },
+                },
             }
         )
     )
@@ -188,8 +259,12 @@ def write_report(
         plot_reliability(
             groups, out_dir / "reliability.png", title="Reliability: first and last round"
         )
+    verdict = "no round-0 or last-round forecasts to compare" if claim is None else claim.summary()
     lines = [
         header,
+        "",
+        f"**Round 0 → round {metrics[-1].round}** (paired bootstrap over panel questions): "
+        f"{verdict}.",
         "",
         "| round | version | n | Brier | 95% CI | ECE | accuracy | log score | "
         "true-p Brier | parsed | live Brier (n) | staleness |",
@@ -228,10 +303,3 @@ def _json(data: object) -> str:
         return value
 
     return json.dumps(clean(data), indent=2)
-
-
-def learned(metrics: Sequence[RoundMetrics]) -> bool:
-    """The demo's claim: the last round beats round 0's Brier beyond its bootstrap interval,
-    and its ECE is lower."""
-    first, last = metrics[0], metrics[-1]
-    return last.brier < first.brier_ci[0] and last.ece < first.ece

@@ -6,6 +6,9 @@ sequences with the agent's prompt is the caller's job.
 The reference knows the cue ladder (config.py) exactly but is deliberately over-confident:
     p_ref = σ(s · logit(p_true)),  s = `sharpening` ≥ 1,
 so with s = 2 the ladder {0.1, 0.3, 0.5, 0.7, 0.9} becomes {0.012, 0.155, 0.5, 0.845, 0.988}.
+It never states certainty: answers are clipped to [0.01, 0.99] (`REFERENCE_RANGE`), as a
+sensible forecaster's are, which also keeps every answer's leading digit "0" so that
+"very high" and "high" differ in the tenths, not in the first token.
 Its expected Brier is E[p(1−p)] + E[(p_ref − p)²]: worse than the true probabilities, better
 than the 0.25 of always saying 0.5. SFT on it teaches the format and the direction of the
 mapping; RL then has calibration left to learn.
@@ -23,6 +26,8 @@ from futureworld.world.config import WorldConfig, cue_probability
 from futureworld.world.model import World
 
 DEFAULT_SHARPENING = 2.0
+REFERENCE_RANGE = (0.01, 0.99)
+"""The reference's answers are clipped to this range, before and after SFT noise."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +55,12 @@ def reference_forecast(
 ) -> float:
     """The over-confident reference P(yes) from the cue stated in the question's text."""
     p_true = cue_probability(f"{question.title} {question.background}", config or WorldConfig())
-    return round(sharpen(p_true, sharpening), 4)
+    return _clip(round(sharpen(p_true, sharpening), 4))
+
+
+def _clip(p_yes: float) -> float:
+    low, high = REFERENCE_RANGE
+    return min(max(p_yes, low), high)
 
 
 def true_probability(question: Question, world: World | None = None) -> float:
@@ -82,8 +92,7 @@ def sft_examples(
             question = sim_question.to_domain(source=source)
             target = reference_forecast(question, sharpening=sharpening, config=world.config)
             if noise_logit > 0:
-                clipped = min(max(target, 1e-4), 1.0 - 1e-4)
-                logit = math.log(clipped / (1.0 - clipped)) + rng.gauss(0.0, noise_logit)
-                target = round(1.0 / (1.0 + math.exp(-logit)), 4)
+                logit = math.log(target / (1.0 - target)) + rng.gauss(0.0, noise_logit)
+                target = _clip(round(1.0 / (1.0 + math.exp(-logit)), 4))
             examples.append(SFTExample(question=question, target_p_yes=target))
     return examples

@@ -4,7 +4,9 @@ Owns routing and time-gating: everything served is what the world has published,
 resolved by `clock.now()`. Wire formats live in payloads.py.
 
 Routes:
-  GET /feeds/{topic}.xml, /feeds/all.xml   RSS 2.0, newest first, items published ≤ now
+  GET /feeds/{topic}.xml, /feeds/all.xml   RSS 2.0, newest first, items published in the
+                                           FEED_WINDOW before now (a real feed carries its
+                                           latest items, not its whole history)
   (every 200 carries an ETag; a matching If-None-Match gets 304 Not Modified)
   GET /articles/{guid}                     the article page (404 until published)
   GET /v0/markets?limit=&before=           LiteMarkets created ≤ now, newest first; `before` is
@@ -21,6 +23,7 @@ import json
 import re
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -32,6 +35,9 @@ from futureworld.world.model import World
 from futureworld.world.payloads import article_html, full_market, lite_market, rss_document
 from futureworld.world.vocabulary import Topic
 
+FEED_WINDOW = timedelta(days=7)
+"""How far back a feed reaches: a daily harvest sees every item, and a long run's feed stays
+the size of a few days' news instead of growing with the world's whole history."""
 DEFAULT_MARKETS_LIMIT = 500
 MAX_MARKETS_LIMIT = 1000
 ALL_FEED = "all"
@@ -81,7 +87,11 @@ class _WorldRoutes:
             return _error(HTTPStatus.NOT_FOUND, f"no feed {name!r}; feeds are: {known}")
         now = self.clock.now()
         topic = None if name == ALL_FEED else Topic(name)
-        articles = self.world.articles_published_by(now, topic)
+        articles = [
+            a
+            for a in self.world.articles_published_by(now, topic)
+            if a.published_at > now - FEED_WINDOW
+        ]
         articles.reverse()
         body = rss_document(
             title=f"Simulated world news: {name}",

@@ -64,8 +64,21 @@ def test_sft_examples_cover_the_days_asked_for_as_harvested_questions() -> None:
         assert question.domain in question.extra["group_slugs"]
         p_true = world.true_probability(question.external_id)
         assert true_probability(question) == true_probability(question, world) == p_true
-        assert example.target_p_yes == pytest.approx(sharpen(p_true, 3.0), abs=1e-4)
+        expected = min(max(sharpen(p_true, 3.0), 0.01), 0.99)  # never certain
+        assert example.target_p_yes == pytest.approx(expected, abs=1e-4)
     assert len(sft_examples(world, 3)) == 18
+    assert {e.target_p_yes for e in examples} >= {0.01, 0.99}  # "very low" / "very high" clip
+
+
+def test_noisy_sft_targets_spread_but_stay_inside_the_reference_range() -> None:
+    world = World(WorldConfig(seed=4, questions_per_day=40))
+    plain = sft_examples(world, 5, sharpening=3.0)
+    noisy = sft_examples(world, 5, sharpening=3.0, noise_logit=1.0)
+    assert noisy == sft_examples(world, 5, sharpening=3.0, noise_logit=1.0)  # seeded
+    targets = [e.target_p_yes for e in noisy]
+    assert all(0.01 <= t <= 0.99 for t in targets)
+    even = [n.target_p_yes for p, n in zip(plain, noisy, strict=True) if p.target_p_yes == 0.5]
+    assert len(set(even)) > 20 and min(even) < 0.35 and max(even) > 0.65
 
 
 def test_sharpen_rejects_probabilities_it_cannot_sharpen() -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from futureworld.world import MarketResolution, SimClock, Topic, World, WorldConfig, serve_world
-from futureworld.world.server import WorldServer
+from futureworld.world.server import FEED_WINDOW, WorldServer
 
 
 @pytest.fixture
@@ -61,6 +61,18 @@ def test_rss_feeds_parse_with_feedparser_and_show_only_published_items(
     after = {e.id for e in feedparser.parse(get(server, "/feeds/all.xml").content).entries}
     assert before < after
     assert after == {a.guid for a in world.articles_published_by(clock.now())}
+
+
+def test_a_feed_carries_only_its_recent_window(
+    server: WorldServer, world: World, clock: SimClock
+) -> None:
+    clock.advance(days=12)
+    now = clock.now()
+    served = {e.id for e in feedparser.parse(get(server, "/feeds/all.xml").content).entries}
+    published = world.articles_published_by(now)
+    recent = {a.guid for a in published if a.published_at > now - FEED_WINDOW}
+    assert served == recent
+    assert len(recent) < len(published)  # older news has scrolled off the feed
 
 
 def test_article_page_is_not_found_until_published(
