@@ -10,17 +10,26 @@ Each round is scored on the round's own rollouts and on a fixed evaluation set (
 questions and outcomes every round, so round-to-round differences are the policy's alone):
 Brier, ECE (10 bins), accuracy, the Brier of the true probabilities on the same questions,
 the expected Brier E_y[(q − y)²] = (q − p)² + p(1 − p) under the true p (outcome-noise-free),
-and the mean forecast per cue level (the calibration mapping). Passes when the last round's
-evaluation Brier is below round 0's by more than round 0's 95% bootstrap half-width and the
-evaluation ECE dropped too.
+and the mean forecast per cue level (the calibration mapping). Passes when Brier and ECE on
+the evaluation set both drop from round 0 to the last round beyond their 95% paired bootstrap
+intervals (questions resampled in both rounds at once), as the demo's claim does.
 
-    .venv/bin/python benchmarks/learning_curve.py [--rounds 16 --lr 5e-4 ...]
+    .venv/bin/python benchmarks/learning_curve.py [--rounds 30 --lr 1e-3 --accum 40 ...]
 
-Defaults measured on 2 CPU cores: ~100 s; evaluation Brier 0.257 → 0.191 (round-0 ±0.056),
-ECE 0.242 → 0.165. The gain comes mostly from hedging the cues the warm start confused
-(low/even/high → ~0.5); "very low"/"very high" stay over-confident. lr 1e-3 learns faster
-but collapses (answers stop parsing) after ~14 rounds; sharpening 4 puts "0.00"/"1.00" first
-digits in conflict and SFT never learns the mapping.
+What tuning found (16 rounds, evaluation 500 questions × 2, seed 0; "exp" is the
+outcome-noise-free expected Brier, floor 0.17):
+- a fresh AdamW for every version (as the pipeline did at first): exp 0.208 → 0.207, and the
+  cue means drift *more* over-confident (high 0.83 → 0.93, low 0.25 → 0.05): a new Adam's
+  first steps move every weight by ~lr whatever its gradient, and on outcome-noisy rewards
+  that is mostly noise plus a pull toward the policy's mode;
+- carrying the moments from version to version: lr 5e-4 with 16 rollouts a step gives exp
+  0.208 → 0.199 (ECE 0.177 → 0.145); lr 1e-3 with 40 a step gives 0.208 → 0.199 with ECE
+  0.177 → 0.116 and cue means 0.06 0.32 0.51 0.71 0.93 (truth 0.1 … 0.9);
+- a whole round per step at lr 2e-3 is unstable ("even" drifts to 0.9); 80 questions × G 4
+  learns nothing and collapses late; SFT at lr 3e-3 with noisy targets learns the marginal,
+  not the cue (all cues ≈ 0.3), where lr 1e-3 learns the mapping.
+Calibration is worth ~0.03 of expected Brier here and RL recovers a third to a half of it in
+16–30 rounds, so the realised-Brier claim needs a large panel compared pairwise.
 """
 
 from __future__ import annotations
@@ -84,7 +93,7 @@ class CurveConfig:
     sft_noise: float = 1.0
     """Std of Gaussian noise added in logit space to each SFT target, so the warm-started
     policy keeps entropy over answers (exploration); 0 gives deterministic targets."""
-    rounds: int = 16
+    rounds: int = 30
     """RL rounds after the warm start."""
     questions: int = 40
     """New questions per round (N)."""
