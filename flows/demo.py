@@ -42,6 +42,7 @@ CROWD = "crowd"
 PANEL_DAY = 10_000
 """The first world day the evaluation panel is drawn from: far from any day the demo reaches."""
 PANEL_QUESTIONS_PER_DAY = 250
+"""The panel world poses this many questions a day; a larger panel spans several days."""
 CYCLE_HOUR = 12
 """The daily cycle runs at noon (simulated UTC), after the day's questions are posed."""
 
@@ -219,7 +220,8 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         f"{config.questions_per_day} questions/day, G = {config.samples}, horizons 1–"
         f"{config.max_horizon_days} days; estimator {config.estimator}. Each round's policy is "
         f"scored on the same held-out panel of {config.panel_questions} questions × "
-        f"{config.panel_samples} samples; the true-p Brier is the floor."
+        f"{config.panel_samples} sample{'s' if config.panel_samples > 1 else ''}; the true-p "
+        "Brier is the floor."
     )
     claim = learning_claim(panels)
     path = write_report(out_dir, metrics, panels, claim, header=header)

@@ -57,6 +57,10 @@ class PanelScore:
     """Index of the panel question each forecast is of (several samples per question)."""
     unparsed: int
 
+    @property
+    def parse_rate(self) -> float:
+        return len(self.p_yes) / (len(self.p_yes) + self.unparsed)
+
     def rows(self) -> list[tuple[int, float, float]]:
         """(question, p, y) per forecast, as `paired_bootstrap_difference` takes them."""
         return list(zip(self.question, self.p_yes, self.y, strict=True))
@@ -80,17 +84,25 @@ class RoundMetrics:
     """Mean staleness (in versions) of the data that trained this round's policy."""
 
 
+PARSE_RATE_SLACK = 0.02
+"""The last round may parse this much less often than round 0 and still count as learning."""
+
+
 @dataclass(frozen=True)
 class LearningClaim:
     """Round 0 against the last round on the panel, paired by question."""
 
     brier: PairedDifference
     ece: PairedDifference
+    parse_rates: tuple[float, float]
+    """Share of the panel forecasts that parsed, first and last round."""
 
     @property
     def learned(self) -> bool:
-        """Brier and ECE both lower, each beyond its 95% paired bootstrap interval."""
-        return self.brier.ci[1] < 0.0 and self.ece.ci[1] < 0.0
+        """Brier and ECE both lower, each beyond its 95% paired bootstrap interval, and not by
+        ceasing to answer (scores are over parsed answers only)."""
+        answering = self.parse_rates[1] >= self.parse_rates[0] - PARSE_RATE_SLACK
+        return answering and self.brier.ci[1] < 0.0 and self.ece.ci[1] < 0.0
 
     def summary(self) -> str:
         def line(name: str, d: PairedDifference) -> str:
@@ -114,6 +126,7 @@ def learning_claim(panels: Sequence[PanelScore], n_resamples: int = 1000) -> Lea
         ece=paired_bootstrap_difference(
             before, after, expected_calibration_error, n_resamples=n_resamples
         ),
+        parse_rates=(first.parse_rate, last.parse_rate),
     )
 
 
@@ -172,7 +185,7 @@ def round_metrics(
                 accuracy=accuracy(p, y),
                 log_score=log_score(p, y),
                 true_brier=brier(list(panel.p_true), y),
-                parse_rate=len(p) / (len(p) + panel.unparsed),
+                parse_rate=panel.parse_rate,
                 live_brier=brier(*zip(*mine, strict=True)) if mine else None,
                 live_n=len(mine),
                 staleness=staleness.get(panel.policy_version),
