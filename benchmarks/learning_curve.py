@@ -30,6 +30,13 @@ outcome-noise-free expected Brier, floor 0.17):
   not the cue (all cues ≈ 0.3), where lr 1e-3 learns the mapping.
 Calibration is worth ~0.03 of expected Brier here and RL recovers a third to a half of it in
 16–30 rounds, so the realised-Brier claim needs a large panel compared pairwise.
+
+The defaults (30 rounds, evaluation 1000 × 2), measured: 373 s; evaluation Brier 0.216 →
+0.209 (Δ −0.007, paired 95% CI [−0.015, +0.001]) and ECE 0.172 → 0.135 (Δ −0.037, CI
+[−0.049, −0.024]), expected Brier 0.206 → 0.197: the ECE claim holds, the Brier claim just
+misses. This warm start (the reference's answers on world 0's own days) comes out more
+over-confident than the demo's (cue means 0.04 0.12 0.44 0.89 0.97) and RL moves it less;
+how much a run learns in 30 rounds depends on where SFT lands.
 """
 
 from __future__ import annotations
