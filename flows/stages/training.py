@@ -96,18 +96,16 @@ def _continued_optimizer(current: PolicyVersion, config: TrainConfig) -> Path | 
     outcome-driven rewards are mostly noise. The state of a supervised (SFT) update, or of
     a full fine-tune when this is LoRA (or the reverse), does not carry over.
     """
-    from futureworld.rl.checkpoints import OPTIMIZER_FILE, TRAINER_STATE_FILE
+    from futureworld.rl.checkpoints import OPTIMIZER_FILE, load_trainer_state
 
     checkpoint = Path(current.checkpoint_path)
-    state_file = checkpoint / TRAINER_STATE_FILE
-    if not (state_file.is_file() and (checkpoint / OPTIMIZER_FILE).is_file()):
+    if config.estimator is Estimator.SFT or not (checkpoint / OPTIMIZER_FILE).is_file():
         return None
-    trained = json.loads(state_file.read_text()).get("config", {})
-    if trained.get("estimator") == Estimator.SFT or config.estimator is Estimator.SFT:
+    try:  # refused when missing, or when trained the other way (LoRA vs full)
+        trained = load_trainer_state(checkpoint, lora=config.lora)
+    except (FileNotFoundError, ValueError):
         return None
-    if bool(trained.get("lora")) != config.lora:
-        return None
-    return checkpoint
+    return None if trained["config"]["estimator"] == Estimator.SFT else checkpoint
 
 
 def _free_target(target: Path) -> None:

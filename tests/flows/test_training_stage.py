@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 from sqlalchemy import func, select
+from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.runtime import runner_factory
 from flows.settings import Settings
 from flows.stages.predicting import predict
-from flows.stages.training import replay_and_train
+from flows.stages.training import replay_and_train, supervised_finetune
+from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
 from futureworld.domain import Agent
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.checkpoints import checkpoint_sha256
@@ -85,6 +87,28 @@ def test_replay_and_train_registers_a_new_version_exactly_once(
     )
     assert new.policy_version == 3
     assert new.questions == 0  # all questions are resolved by now: nothing open to forecast
+
+
+def test_an_rl_update_after_sft_starts_a_fresh_optimizer(
+    engine, db_url: str, scored_tiny_agent, tmp_path
+) -> None:
+    settings = Settings(data_dir=tmp_path)
+    scored_tiny_agent(db_url, tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tiny-model", local_files_only=True)
+    demo = Demonstration(prompt="Will it rain?", completion="<probability>0.20</probability>")
+    sft = supervised_finetune(
+        engine,
+        settings,
+        "tiny",
+        [demonstration_trajectory(tokenizer, demo, agent_id=0, policy_version=0, sample_index=0)],
+        config_overrides=FAST,
+    )
+    assert sft.to_version == 1
+    report = replay_and_train(engine, settings, "tiny", config_overrides=FAST)
+    assert report is not None and report.to_version == 2
+    with session_scope(engine) as session:
+        run = session.scalars(select(TrainingRunRow).where(TrainingRunRow.to_version == 2)).one()
+    assert run.config["resumed_from"] is None  # SFT moments do not carry into RL
 
 
 def test_crash_while_checkpointing_registers_no_version(
