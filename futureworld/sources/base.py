@@ -1,5 +1,6 @@
 """Shared result types of the platform adapters, the paging and resolution loops they all run,
-and the small parsers they all need.
+their per-id `fetch_resolutions`, the SourceResolution built from a payload, and the small
+parsers they all need.
 
 Adapters supply only what is platform-specific (URLs, params, field parsing, resolution
 semantics); storing the results (and numbering outcome revisions) is the caller's job.
@@ -12,10 +13,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from futureworld.domain import OutcomeStatus, Question, require_utc
-from futureworld.sources.http import SourceError
+from futureworld.domain import OutcomeStatus, Question, require_utc, utc_now
+from futureworld.sources.http import SourceClient, SourceError, join_url
 
 MALFORMED_ERRORS = (AttributeError, KeyError, TypeError, ValueError)
 """What parsing a payload of the wrong shape raises; caught per item, never per harvest."""
@@ -111,6 +112,20 @@ def malformed_item(label: str) -> Iterator[None]:
         raise SkipItem("malformed", f"{label} is malformed: {exc!r}") from exc
 
 
+def close_skip_reason(
+    close_time: Any, parse: Callable[[Any], datetime | None], now: datetime
+) -> str | None:
+    """The last screen of a listed item, by its close time as received: "malformed" when
+    `parse` cannot read it, "closed" when it is not after `now`, None when it may stay."""
+    try:
+        close_at = parse(close_time)
+    except (TypeError, ValueError):
+        return "malformed"
+    if close_at is not None and close_at <= now:
+        return "closed"
+    return None
+
+
 def harvest_pages(
     fetch_page: Callable[[Any], Page],
     to_question: Callable[[Any], Question],
@@ -187,6 +202,86 @@ def resolve_each(
         if resolution is not None:
             resolutions.append(resolution)
     return ResolveResult(resolutions=resolutions, errors=errors)
+
+
+class ToResolution(Protocol):
+    """An adapter's parser of one item's payload: its SourceResolution, None while it is open."""
+
+    def __call__(self, payload: dict[str, Any], /, *, now: datetime) -> SourceResolution | None: ...
+
+
+def _no_headers(token: str | None) -> None:
+    """Public APIs: the token is not sent."""
+    return None
+
+
+def per_id_fetch_resolutions(
+    source: str,
+    default_base_url: str,
+    *,
+    path: str,
+    item: str,
+    to_resolution: ToResolution,
+    headers: Callable[[str | None], dict[str, str] | None] = _no_headers,
+    wrapped_in: str | None = None,
+) -> Callable[..., ResolveResult]:
+    """An adapter's `fetch_resolutions(client, base_url, external_ids, *, now, token)`.
+
+    It GETs `base_url` + `path` (`{id}` replaced by the external id) once per id, with
+    `headers(token)`, takes the payload from under `wrapped_in` when the reply wraps it, and
+    parses it with `to_resolution(payload, now=now)` (`now` defaults to the current time).
+    Unresolved items are left out and failures listed as in `resolve_each`, labelled
+    "<source>: <item>".
+    """
+
+    def fetch_resolutions(
+        client: SourceClient,
+        base_url: str = default_base_url,
+        external_ids: Iterable[str] = (),
+        *,
+        now: datetime | None = None,
+        token: str | None = None,
+    ) -> ResolveResult:
+        at = now or utc_now()
+        request_headers = headers(token)
+
+        def fetch_resolution(external_id: str) -> SourceResolution | None:
+            url = join_url(base_url, path.format(id=external_id))
+            payload = client.get_json(source, url, headers=request_headers)
+            if wrapped_in is not None:
+                payload = payload[wrapped_in]
+            return to_resolution(payload, now=at)
+
+        return resolve_each(external_ids, fetch_resolution, label=f"{source}: {item}")
+
+    fetch_resolutions.__doc__ = (
+        f"GET {path} for each id; unresolved {item}s are left out, failures listed."
+    )
+    return fetch_resolutions
+
+
+def payload_resolution(
+    source: str,
+    payload: dict[str, Any],
+    external_id: Any,
+    outcome: tuple[OutcomeStatus, float | None],
+    *,
+    resolved_at: datetime | None,
+    now: datetime,
+    final: bool = True,
+) -> SourceResolution:
+    """The SourceResolution of a decided item: `outcome` is (status, value), `resolved_at`
+    falls back to `now` when the source gives no time, and raw is a copy of `payload`."""
+    status, value = outcome
+    return SourceResolution(
+        source=source,
+        external_id=str(external_id),
+        status=status,
+        value=value,
+        resolved_at=resolved_at or now,
+        final=final,
+        raw=dict(payload),
+    )
 
 
 def from_ms(value: Any) -> datetime | None:

@@ -9,7 +9,6 @@ change, only `finalized` (older API: `settled`) is final.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -17,15 +16,16 @@ from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
 from futureworld.sources.base import (
     HarvestResult,
     Page,
-    ResolveResult,
     SkipItem,
     SourceResolution,
     clamp_probability,
+    close_skip_reason,
     from_iso,
     harvest_pages,
     listed_items,
     malformed_item,
-    resolve_each,
+    payload_resolution,
+    per_id_fetch_resolutions,
 )
 from futureworld.sources.http import SourceClient, join_url
 
@@ -128,13 +128,7 @@ def _skip_reason(market: Any, now: datetime) -> str | None:
         return "not_binary"
     if market.get("status", "open") not in OPEN_STATUSES:
         return "closed"
-    try:
-        close_at = from_iso(market.get("close_time"))
-    except (TypeError, ValueError):
-        return "malformed"
-    if close_at is not None and close_at <= now:
-        return "closed"
-    return None
+    return close_skip_reason(market.get("close_time"), from_iso, now)
 
 
 def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceResolution | None:
@@ -153,33 +147,23 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
         from_iso(market.get("settlement_ts"))
         or from_iso(market.get("expiration_time"))
         or from_iso(market.get("close_time"))
-        or now
     )
-    return SourceResolution(
-        source=SOURCE,
-        external_id=str(market["ticker"]),
-        status=outcome,
-        value=value,
+    return payload_resolution(
+        SOURCE,
+        market,
+        market["ticker"],
+        (outcome, value),
         resolved_at=resolved_at,
+        now=now,
         final=status in FINAL_STATUSES,
-        raw=dict(market),
     )
 
 
-def fetch_resolutions(
-    client: SourceClient,
-    base_url: str = DEFAULT_BASE_URL,
-    external_ids: Iterable[str] = (),
-    *,
-    now: datetime | None = None,
-    token: str | None = None,
-) -> ResolveResult:
-    """GET /markets/{ticker} per id; open markets are left out, failures listed."""
-    del token
-    now = now or utc_now()
-
-    def fetch_resolution(ticker: str) -> SourceResolution | None:
-        page = client.get_json(SOURCE, join_url(base_url, f"{API_PREFIX}/markets/{ticker}"))
-        return market_to_resolution(page["market"], now=now)
-
-    return resolve_each(external_ids, fetch_resolution, label=f"{SOURCE}: market")
+fetch_resolutions = per_id_fetch_resolutions(
+    SOURCE,
+    DEFAULT_BASE_URL,
+    path=API_PREFIX + "/markets/{id}",
+    item="market",
+    to_resolution=market_to_resolution,
+    wrapped_in="market",
+)

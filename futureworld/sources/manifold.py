@@ -7,7 +7,6 @@ serves the same shapes, so this adapter reads exactly the documented fields.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -16,14 +15,15 @@ from futureworld.sources.base import (
     HarvestResult,
     Page,
     PageError,
-    ResolveResult,
     SkipItem,
     SourceResolution,
     clamp_probability,
+    close_skip_reason,
     from_ms,
     harvest_pages,
     malformed_item,
-    resolve_each,
+    payload_resolution,
+    per_id_fetch_resolutions,
 )
 from futureworld.sources.http import SourceClient, join_url
 
@@ -115,13 +115,7 @@ def _skip_reason(market: Any, now: datetime) -> str | None:
         return "not_binary"
     if market.get("isResolved"):
         return "resolved"
-    try:
-        close_at = from_ms(market.get("closeTime"))
-    except (TypeError, ValueError):
-        return "malformed"
-    if close_at is not None and close_at <= now:
-        return "closed"
-    return None
+    return close_skip_reason(market.get("closeTime"), from_ms, now)
 
 
 def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceResolution | None:
@@ -130,7 +124,7 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
         return None
     market_id = str(market["id"])
     resolution = str(market.get("resolution") or "").upper()
-    resolved_at = from_ms(market.get("resolutionTime")) or now
+    resolved_at = from_ms(market.get("resolutionTime"))
     status, value = OutcomeStatus.RESOLVED, None
     if resolution == "YES":
         value = 1.0
@@ -144,33 +138,16 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
         status = OutcomeStatus.ANNULLED
     else:
         raise ValueError(f"unknown resolution {market.get('resolution')!r}")
-    return SourceResolution(
-        source=SOURCE,
-        external_id=market_id,
-        status=status,
-        value=value,
-        resolved_at=resolved_at,
-        final=True,
-        raw=dict(market),
+    return payload_resolution(
+        SOURCE, market, market_id, (status, value), resolved_at=resolved_at, now=now
     )
 
 
-def fetch_resolutions(
-    client: SourceClient,
-    base_url: str = DEFAULT_BASE_URL,
-    external_ids: Iterable[str] = (),
-    *,
-    now: datetime | None = None,
-    token: str | None = None,
-) -> ResolveResult:
-    """GET /v0/market/{id} for each id; unresolved markets are left out, failures listed."""
-    now = now or utc_now()
-    headers = _headers(token)
-
-    def fetch_resolution(market_id: str) -> SourceResolution | None:
-        market = client.get_json(
-            SOURCE, join_url(base_url, f"/v0/market/{market_id}"), headers=headers
-        )
-        return market_to_resolution(market, now=now)
-
-    return resolve_each(external_ids, fetch_resolution, label=f"{SOURCE}: market")
+fetch_resolutions = per_id_fetch_resolutions(
+    SOURCE,
+    DEFAULT_BASE_URL,
+    path="/v0/market/{id}",
+    item="market",
+    to_resolution=market_to_resolution,
+    headers=_headers,
+)

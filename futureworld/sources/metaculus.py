@@ -7,7 +7,6 @@ returns {"results": [post], "next": url|null}; GET /api/posts/{id}/ returns one 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -15,15 +14,16 @@ from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
 from futureworld.sources.base import (
     HarvestResult,
     Page,
-    ResolveResult,
     SkipItem,
     SourceResolution,
     clamp_probability,
+    close_skip_reason,
     from_iso,
     harvest_pages,
     listed_items,
     malformed_item,
-    resolve_each,
+    payload_resolution,
+    per_id_fetch_resolutions,
 )
 from futureworld.sources.http import SourceClient, join_url
 
@@ -123,13 +123,7 @@ def _skip_reason(post: Any, now: datetime) -> str | None:
         return "not_binary"
     if question.get("status", "open") != "open" or question.get("resolution") is not None:
         return "closed"
-    try:
-        close_at = from_iso(question.get("scheduled_close_time"))
-    except (TypeError, ValueError):
-        return "malformed"
-    if close_at is not None and close_at <= now:
-        return "closed"
-    return None
+    return close_skip_reason(question.get("scheduled_close_time"), from_iso, now)
 
 
 def post_to_resolution(post: dict[str, Any], *, now: datetime) -> SourceResolution | None:
@@ -145,30 +139,21 @@ def post_to_resolution(post: dict[str, Any], *, now: datetime) -> SourceResoluti
         status, value = OutcomeStatus.RESOLVED, 1.0 if resolution == "yes" else 0.0
     else:
         raise ValueError(f"unknown binary resolution {question.get('resolution')!r}")
-    return SourceResolution(
-        source=SOURCE,
-        external_id=str(post["id"]),
-        status=status,
-        value=value,
-        resolved_at=from_iso(question.get("actual_resolve_time")) or now,
-        final=True,
-        raw=dict(post),
+    return payload_resolution(
+        SOURCE,
+        post,
+        post["id"],
+        (status, value),
+        resolved_at=from_iso(question.get("actual_resolve_time")),
+        now=now,
     )
 
 
-def fetch_resolutions(
-    client: SourceClient,
-    base_url: str = DEFAULT_BASE_URL,
-    external_ids: Iterable[str] = (),
-    *,
-    now: datetime | None = None,
-    token: str | None = None,
-) -> ResolveResult:
-    """GET /api/posts/{id}/ for each id; unresolved posts are left out, failures listed."""
-    now = now or utc_now()
-
-    def fetch_resolution(post_id: str) -> SourceResolution | None:
-        url = join_url(base_url, f"/api/posts/{post_id}/")
-        return post_to_resolution(client.get_json(SOURCE, url, headers=_headers(token)), now=now)
-
-    return resolve_each(external_ids, fetch_resolution, label=f"{SOURCE}: post")
+fetch_resolutions = per_id_fetch_resolutions(
+    SOURCE,
+    DEFAULT_BASE_URL,
+    path="/api/posts/{id}/",
+    item="post",
+    to_resolution=post_to_resolution,
+    headers=_headers,
+)

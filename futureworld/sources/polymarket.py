@@ -8,7 +8,6 @@ GET /markets/keyset?limit=&closed=false&after_cursor= returns {"markets": [...],
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -16,14 +15,14 @@ from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
 from futureworld.sources.base import (
     HarvestResult,
     Page,
-    ResolveResult,
     SkipItem,
     SourceResolution,
     clamp_probability,
     from_iso,
     harvest_pages,
     listed_items,
-    resolve_each,
+    payload_resolution,
+    per_id_fetch_resolutions,
 )
 from futureworld.sources.http import SourceClient, join_url
 
@@ -142,33 +141,16 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
         from_iso(market.get("closedTime"))
         or from_iso(market.get("umaEndDate"))
         or from_iso(market.get("updatedAt"))
-        or now
     )
-    return SourceResolution(
-        source=SOURCE,
-        external_id=str(market["id"]),
-        status=status,
-        value=value,
-        resolved_at=resolved_at,
-        final=True,
-        raw=dict(market),
+    return payload_resolution(
+        SOURCE, market, market["id"], (status, value), resolved_at=resolved_at, now=now
     )
 
 
-def fetch_resolutions(
-    client: SourceClient,
-    base_url: str = DEFAULT_BASE_URL,
-    external_ids: Iterable[str] = (),
-    *,
-    now: datetime | None = None,
-    token: str | None = None,
-) -> ResolveResult:
-    """GET /markets/{id} for each id; unresolved markets are left out, failures listed."""
-    del token
-    now = now or utc_now()
-
-    def fetch_resolution(market_id: str) -> SourceResolution | None:
-        market = client.get_json(SOURCE, join_url(base_url, f"/markets/{market_id}"))
-        return market_to_resolution(market, now=now)
-
-    return resolve_each(external_ids, fetch_resolution, label=f"{SOURCE}: market")
+fetch_resolutions = per_id_fetch_resolutions(
+    SOURCE,
+    DEFAULT_BASE_URL,
+    path="/markets/{id}",
+    item="market",
+    to_resolution=market_to_resolution,
+)
