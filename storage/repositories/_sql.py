@@ -1,11 +1,16 @@
-"""Dialect-aware INSERT … ON CONFLICT for Postgres and SQLite (both support the same clause)."""
+"""The SQL the repositories share: the dialect's INSERT … ON CONFLICT (Postgres and SQLite
+both support the clause) and the chunked insert of rows not stored yet."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+from sqlalchemy import Row
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+
+T = TypeVar("T")
 
 
 def insert(session: Session, table: Any) -> Any:
@@ -19,3 +24,29 @@ def insert(session: Session, table: Any) -> Any:
 
 def dialect(session: Session) -> str:
     return session.get_bind().dialect.name
+
+
+def insert_new(
+    session: Session,
+    table: Any,
+    items: Sequence[T],
+    values: Callable[[T], dict[str, Any]],
+    *,
+    chunk_size: int,
+    returning: Sequence[Any],
+    conflict_columns: Sequence[str] | None = None,
+) -> list[Row[Any]]:
+    """INSERT `values(item)` for every item, `chunk_size` rows a statement, ON CONFLICT (on
+    `conflict_columns`, else any unique constraint) DO NOTHING; returns the `returning`
+    columns of the rows actually inserted, in statement order."""
+    inserted: list[Row[Any]] = []
+    for start in range(0, len(items), chunk_size):
+        chunk = items[start : start + chunk_size]
+        statement = (
+            insert(session, table)
+            .values([values(item) for item in chunk])
+            .on_conflict_do_nothing(index_elements=conflict_columns)
+            .returning(*returning)
+        )
+        inserted += session.execute(statement).all()
+    return inserted

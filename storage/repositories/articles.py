@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from futureworld.domain import Article
-from storage.repositories._sql import insert
+from storage.repositories._sql import insert_new
 from storage.tables import ArticleRow, FeedStateRow
 
 
@@ -28,34 +29,31 @@ def article_from_row(row: ArticleRow) -> Article:
     )
 
 
+def _article_values(article: Article) -> dict[str, Any]:
+    return {
+        "feed": article.feed,
+        "guid": article.guid,
+        "link": article.link,
+        "title": article.title,
+        "summary": article.summary,
+        "body": article.body,
+        "published_at": article.published_at,
+        "fetched_at": article.fetched_at,
+        "flags": list(article.flags),
+    }
+
+
 def insert_articles(session: Session, articles: Sequence[Article]) -> int:
     """Insert articles not seen before (by guid or by link); returns how many were new."""
-    inserted = 0
-    for start in range(0, len(articles), 500):
-        chunk = articles[start : start + 500]
-        statement = (
-            insert(session, ArticleRow)
-            .values(
-                [
-                    {
-                        "feed": a.feed,
-                        "guid": a.guid,
-                        "link": a.link,
-                        "title": a.title,
-                        "summary": a.summary,
-                        "body": a.body,
-                        "published_at": a.published_at,
-                        "fetched_at": a.fetched_at,
-                        "flags": list(a.flags),
-                    }
-                    for a in chunk
-                ]
-            )
-            .on_conflict_do_nothing()
-            .returning(ArticleRow.id)
-        )
-        inserted += len(session.execute(statement).all())
-    return inserted
+    inserted = insert_new(
+        session,
+        ArticleRow,
+        articles,
+        _article_values,
+        chunk_size=500,
+        returning=[ArticleRow.id],
+    )
+    return len(inserted)
 
 
 def articles_between(

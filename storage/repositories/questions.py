@@ -19,7 +19,7 @@ from futureworld.domain import (
     QuestionStatus,
     utc_now,
 )
-from storage.repositories._sql import insert
+from storage.repositories._sql import insert_new
 from storage.tables import OutcomeRow, QuestionRow
 
 
@@ -79,16 +79,17 @@ def upsert_questions(session: Session, questions: Sequence[Question]) -> UpsertC
     if not questions:
         return UpsertCount(0, 0)
     now = utc_now()
-    inserted = 0
-    for start in range(0, len(questions), 500):
-        chunk = questions[start : start + 500]
-        statement = (
-            insert(session, QuestionRow)
-            .values([_question_values(q, now) for q in chunk])
-            .on_conflict_do_nothing(index_elements=["source", "external_id"])
-            .returning(QuestionRow.id)
+    inserted = len(
+        insert_new(
+            session,
+            QuestionRow,
+            questions,
+            lambda q: _question_values(q, now),
+            chunk_size=500,
+            returning=[QuestionRow.id],
+            conflict_columns=["source", "external_id"],
         )
-        inserted += len(session.execute(statement).all())
+    )
     return UpsertCount(inserted, len(questions) - inserted)
 
 

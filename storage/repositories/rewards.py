@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from futureworld.domain import OutcomeStatus, Reward
-from storage.repositories._sql import insert
+from storage.repositories._sql import insert_new
 from storage.repositories.questions import current_outcomes
 from storage.tables import RewardRow, RolloutRow
 
@@ -45,33 +46,31 @@ def rollouts_pending_rewards(session: Session, reward_fns: Sequence[str]) -> lis
     return [PendingScore(r, q, rev) for r, q, rev in session.execute(statement).all()]
 
 
+def _reward_values(reward: Reward) -> dict[str, Any]:
+    return {
+        "rollout_id": reward.rollout_id,
+        "reward_fn": reward.reward_fn,
+        "outcome_revision": reward.outcome_revision,
+        "value": reward.value,
+        "components": reward.components,
+        "voided": reward.voided,
+        "provisional": reward.provisional,
+        "created_at": reward.created_at,
+    }
+
+
 def insert_rewards(session: Session, rewards: Sequence[Reward]) -> int:
     """Insert rewards; one that already exists for (rollout, fn, revision) is left alone."""
-    inserted = 0
-    for start in range(0, len(rewards), 1000):
-        chunk = rewards[start : start + 1000]
-        statement = (
-            insert(session, RewardRow)
-            .values(
-                [
-                    {
-                        "rollout_id": r.rollout_id,
-                        "reward_fn": r.reward_fn,
-                        "outcome_revision": r.outcome_revision,
-                        "value": r.value,
-                        "components": r.components,
-                        "voided": r.voided,
-                        "provisional": r.provisional,
-                        "created_at": r.created_at,
-                    }
-                    for r in chunk
-                ]
-            )
-            .on_conflict_do_nothing(index_elements=["rollout_id", "reward_fn", "outcome_revision"])
-            .returning(RewardRow.id)
-        )
-        inserted += len(session.execute(statement).all())
-    return inserted
+    inserted = insert_new(
+        session,
+        RewardRow,
+        rewards,
+        _reward_values,
+        chunk_size=1000,
+        returning=[RewardRow.id],
+        conflict_columns=["rollout_id", "reward_fn", "outcome_revision"],
+    )
+    return len(inserted)
 
 
 def void_annulled_rewards(session: Session) -> int:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from futureworld.domain import ParseStatus, StopReason, Trajectory, Turn, utc_now
 from storage import codec
-from storage.repositories._sql import dialect, insert
+from storage.repositories._sql import dialect, insert, insert_new
 from storage.tables import PredictionClaimRow, QuestionRow, RolloutRow, TurnRow
 
 _ROLLOUT_COLUMNS = (
@@ -107,16 +107,15 @@ def insert_rollouts(session: Session, trajectories: Sequence[Trajectory]) -> int
     if dialect(session) == "postgresql":
         inserted = _copy_rollouts(session, trajectories)
     else:
-        inserted = {}
-        for start in range(0, len(trajectories), 200):
-            chunk = trajectories[start : start + 200]
-            statement = (
-                insert(session, RolloutRow)
-                .values([_rollout_values(t) for t in chunk])
-                .on_conflict_do_nothing()
-                .returning(RolloutRow.id, RolloutRow.idempotency_key)
-            )
-            inserted.update({key: rid for rid, key in session.execute(statement).all()})
+        rows = insert_new(
+            session,
+            RolloutRow,
+            trajectories,
+            _rollout_values,
+            chunk_size=200,
+            returning=[RolloutRow.id, RolloutRow.idempotency_key],
+        )
+        inserted = {key: rid for rid, key in rows}
     turns = [
         _turn_values(inserted[t.idempotency_key], turn)
         for t in trajectories
