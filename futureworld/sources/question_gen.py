@@ -20,7 +20,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from futureworld.domain import Article, Question, QuestionKind
 
 Complete = Callable[[str], str]
-SOURCE = "rss"
+GENERATED_SOURCE = "rss"
+"""The source name of questions generated from news articles."""
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS |= {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
@@ -293,7 +294,7 @@ def generate_questions(
         per_domain[domain] += 1
         accepted_tokens.append(title_tokens(candidate.title))
         questions[external_id] = Question(
-            source=SOURCE,
+            source=GENERATED_SOURCE,
             external_id=external_id,
             kind=QuestionKind.BINARY,
             title=candidate.title,
