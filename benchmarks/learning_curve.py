@@ -1,23 +1,33 @@
 """Learning curve of the embedded demo: does a tiny agent visibly learn calibration on a CPU?
 
-In memory, no database: init a tiny model → SFT warm start on the over-confident reference's
-(optionally noisy) answers → R rounds of: sample G rollouts for each of N new world questions
-with the current policy (one turn, empty corpus) → draw the world's outcomes → Brier rewards
-→ train the next version on the groups whose rewards have "arrived" (those of round
-r − delay, so the data is stale by up to `delay` versions, as in the live pipeline).
+In memory, no database, with the demo's own pieces (flows/demo/panel.py and report.py): init a
+tiny model → SFT warm start on the over-confident reference's (optionally noisy) answers
+(`warm_start_questions` / `warm_start_trajectories`) → R rounds of: sample G rollouts for each
+of N new world questions with the current policy (`run_group`, one turn, empty corpus) → draw
+the world's outcomes → Brier rewards (`brier_reward`) → train the next version
+(`train_policy`) on the groups whose rewards have "arrived" (those of round r − delay, so the
+data is stale by up to `delay` versions, as in the live pipeline). Questions are taken as the
+demo's harvest sees them (`as_harvested`), and the agent answers with the demo's brief prompt
+(`GenerationSettings(brief_prompt=True)`: the title, which states the cue, without background
+or resolution criteria); that replaces the old `--title-only` flag, which blanked the same two
+fields, so the full prompt is no longer an option here.
 
-Each round is scored on the round's own rollouts and on a fixed evaluation set (same
-questions and outcomes every round, so round-to-round differences are the policy's alone):
-Brier, ECE (10 bins), accuracy, the Brier of the true probabilities on the same questions,
-the expected Brier E_y[(q − y)²] = (q − p)² + p(1 − p) under the true p (outcome-noise-free),
-and the mean forecast per cue level (the calibration mapping). Passes when Brier and ECE on
-the evaluation set both drop from round 0 to the last round beyond their 95% paired bootstrap
-intervals (questions resampled in both rounds at once), as the demo's claim does.
+Each round is scored on the round's own rollouts and on the demo's fixed evaluation panel
+(`build_panel` / `score_panel`: the same questions and outcomes every round, from world days no
+round reaches, answered in batched one-turn prompts, so round-to-round differences are the
+policy's alone): Brier, ECE (10 bins), accuracy, the Brier of the true probabilities on the
+same questions, the expected Brier E_y[(q − y)²] = (q − p)² + p(1 − p) under the true p
+(outcome-noise-free), and the mean forecast per cue level (the calibration mapping). Passes
+when the demo's claim (`learning_claim`) holds: Brier and ECE on the panel both drop from
+round 0 to the last round beyond their 95% paired bootstrap intervals (questions resampled in
+both rounds at once), without the parse rate falling by more than 0.02.
 
     .venv/bin/python benchmarks/learning_curve.py [--rounds 30 --lr 1e-3 --accum 40 ...]
 
 What tuning found (16 rounds, evaluation 500 questions × 2, seed 0; "exp" is the
-outcome-noise-free expected Brier, floor 0.17):
+outcome-noise-free expected Brier, floor 0.17), measured before this script reused the demo's
+panel and warm-start functions (same prompts; the panel was then answered one question at a
+time, and the claim allowed a 0.05 parse-rate drop):
 - a fresh AdamW for every version (as the pipeline did at first): exp 0.208 → 0.207, and the
   cue means drift *more* over-confident (high 0.83 → 0.93, low 0.25 → 0.05): a new Adam's
   first steps move every weight by ~lr whatever its gradient, and on outcome-noisy rewards
@@ -31,7 +41,7 @@ outcome-noise-free expected Brier, floor 0.17):
 Calibration is worth ~0.03 of expected Brier here and RL recovers a third to a half of it in
 16–30 rounds, so the realised-Brier claim needs a large panel compared pairwise.
 
-The defaults (30 rounds, evaluation 1000 × 2), measured: 373 s; evaluation Brier 0.216 →
+The defaults (30 rounds, evaluation 1000 × 2), measured then: 373 s; evaluation Brier 0.216 →
 0.209 (Δ −0.007, paired 95% CI [−0.015, +0.001]) and ECE 0.172 → 0.135 (Δ −0.037, CI
 [−0.049, −0.024]), expected Brier 0.206 → 0.197: the ECE claim holds, the Brier claim just
 misses. This warm start (the reference's answers on world 0's own days) comes out more
@@ -43,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import tempfile
 import time
 from collections.abc import Sequence
@@ -54,29 +63,40 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from futureworld.agent.demonstrations import Demonstration, answer_text, demonstration_trajectory
-from futureworld.agent.loop import AgentConfig, run_group
+from flows.demo.panel import (
+    PANEL_QUESTIONS_PER_DAY,
+    PanelQuestion,
+    PanelScore,
+    as_harvested,
+    build_panel,
+    score_panel,
+    warm_start_questions,
+    warm_start_trajectories,
+)
+from flows.demo.report import learning_claim
+from futureworld.agent.demonstrations import answer_text
+from futureworld.agent.loop import run_group
 from futureworld.agent.prompts import SYSTEM_PROMPT
 from futureworld.agent.tools import InMemoryCorpus
-from futureworld.domain import Question, ScoredRollout, Trajectory
-from futureworld.policy.base import SamplingParams
+from futureworld.domain import (
+    GenerationSettings,
+    Outcome,
+    OutcomeStatus,
+    ParseStatus,
+    ScoredRollout,
+    Trajectory,
+)
 from futureworld.policy.local import LocalBackend
 from futureworld.policy.tiny import init_tiny_model
-from futureworld.rewards import UNPARSEABLE_REWARD
+from futureworld.rewards import brier_reward
 from futureworld.rl.config import Estimator, TrainConfig
 from futureworld.rl.trainer import train_policy, train_sft
-from futureworld.scoring import (
-    accuracy,
-    bootstrap_ci,
-    brier,
-    expected_calibration_error,
-    paired_bootstrap_difference,
-)
-from futureworld.world import World, WorldConfig, sft_examples
+from futureworld.scoring import accuracy, bootstrap_ci, brier, expected_calibration_error
+from futureworld.world import World, WorldConfig
 
-EVAL_DAY = 10_000
-"""The fixed evaluation questions come from a day no round reaches."""
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
+AGENT_ID = 1
+"""The (never stored) agent id the rollouts and demonstrations carry."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,14 +141,12 @@ class CurveConfig:
     """Rows (rollouts, with micro_batch_tokens=1) per SFT optimiser step."""
     accum: int = 40
     """Rows per RL optimiser step."""
-    title_only: bool = True
-    """Show the question title alone (it states the cue): a ~40% shorter prompt."""
     estimator: Estimator = Estimator.DR_GRPO
     """Advantage estimator."""
     delay: int = 1
     """Rounds between sampling a group and its rewards arriving for training (≥ 0)."""
     eval_questions: int = 1000
-    """Fixed evaluation questions, scored at every round."""
+    """Fixed evaluation (panel) questions, scored at every round."""
     eval_samples: int = 2
     """Samples per evaluation question."""
     resume: bool = True
@@ -136,10 +154,18 @@ class CurveConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "estimator", Estimator(self.estimator))
-        for name in ("hidden_size", "num_layers", "questions", "group"):
+        positive = (
+            "hidden_size",
+            "num_layers",
+            "questions",
+            "group",
+            "eval_questions",
+            "eval_samples",
+        )
+        for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"CurveConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("sft_days", "sft_epochs", "rounds", "delay", "eval_questions"):
+        for name in ("sft_days", "sft_epochs", "rounds", "delay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"CurveConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.group < 2:
@@ -147,132 +173,135 @@ class CurveConfig:
         if self.sharpening <= 0 or self.sft_noise < 0 or self.temperature <= 0:
             raise ValueError("sharpening and temperature must be > 0, sft_noise >= 0")
 
+    @property
+    def generation(self) -> GenerationSettings:
+        """The agent's sampling, as the demo's: one brief turn, a short answer."""
+        return GenerationSettings(
+            temperature=self.temperature,
+            max_turns=1,
+            max_new_tokens=self.max_new_tokens,
+            brief_prompt=True,
+            seed=self.seed,
+        )
+
 
 @dataclass(frozen=True)
-class Scored:
-    """Parsed forecasts (None = unparseable) with the outcome and true p of their question."""
+class RoundQuestion:
+    """A round's new question (as harvested, with an id), its outcome and true p."""
 
-    p: tuple[float | None, ...]
-    y: tuple[float, ...]
-    p_true: tuple[float, ...]
-    question: tuple[int, ...]
-
-    def rows(self) -> list[tuple[int, float, float]]:
-        """(question, p, y) of the parsed forecasts, for the paired bootstrap."""
-        rows = zip(self.question, self.p, self.y, strict=True)
-        return [(q, p, y) for q, p, y in rows if p is not None]
-
-    def metrics(self) -> dict[str, float]:
-        ok = [i for i, p in enumerate(self.p) if p is not None]
-        p = np.array([self.p[i] for i in ok], dtype=float)
-        y, t = np.array(self.y)[ok], np.array(self.p_true)[ok]
-        half = float("nan")
-        if len(ok) > 1:
-            lo, hi = bootstrap_ci(np.stack([p, y], 1), lambda a: brier(a[:, 0], a[:, 1]))
-            half = (hi - lo) / 2
-        return {
-            "parsed": len(ok) / len(self.p),
-            "brier": brier(p, y) if ok else float("nan"),
-            "brier_half": half,
-            "ece": expected_calibration_error(p, y) if ok else float("nan"),
-            "acc": accuracy(p, y) if ok else float("nan"),
-            "brier_true": brier(t, y) if ok else float("nan"),
-            "exp_brier": float(np.mean((p - t) ** 2 + t * (1 - t))) if ok else float("nan"),
-        }
-
-    def mean_by_cue(self) -> dict[float, float]:
-        out: dict[float, list[float]] = {}
-        for p, t in zip(self.p, self.p_true, strict=True):
-            if p is not None:
-                out.setdefault(t, []).append(p)
-        return {t: float(np.mean(v)) for t, v in sorted(out.items())}
+    item: PanelQuestion
+    outcome: Outcome
 
 
-def _world(cfg: CurveConfig) -> World:
-    return World(WorldConfig(seed=cfg.seed, questions_per_day=cfg.questions, cancel_rate=0.0))
+def metrics(score: PanelScore) -> dict[str, float]:
+    """Brier (with its bootstrap half-width), ECE, accuracy, true-p and expected Brier of the
+    parsed forecasts, and the share that parsed."""
+    p, y, t = (np.array(v, dtype=float) for v in (score.p_yes, score.y, score.p_true))
+    nan = float("nan")
+    if not len(p):
+        names = ("brier", "brier_half", "ece", "acc", "brier_true", "exp_brier")
+        return {"parsed": score.parse_rate, **dict.fromkeys(names, nan)}
+    half = nan
+    if len(p) > 1:
+        lo, hi = bootstrap_ci(np.stack([p, y], 1), lambda a: brier(a[:, 0], a[:, 1]))
+        half = (hi - lo) / 2
+    return {
+        "parsed": score.parse_rate,
+        "brier": brier(p, y),
+        "brier_half": half,
+        "ece": expected_calibration_error(p, y),
+        "acc": accuracy(p, y),
+        "brier_true": brier(t, y),
+        "exp_brier": float(np.mean((p - t) ** 2 + t * (1 - t))),
+    }
 
 
-def _questions(
-    world: World, day: int, first_id: int, *, title_only: bool = False
-) -> list[tuple[Question, float, float]]:
-    """(question with an id, outcome y, true p) for every question posed on `day`."""
+def mean_by_cue(score: PanelScore) -> dict[float, float]:
+    """Mean parsed forecast per true-p (cue) level: the policy's calibration mapping."""
+    out: dict[float, list[float]] = {}
+    for p, t in zip(score.p_yes, score.p_true, strict=True):
+        out.setdefault(t, []).append(p)
+    return {t: float(np.mean(v)) for t, v in sorted(out.items())}
+
+
+def _round_questions(world: World, day: int, first_id: int) -> list[RoundQuestion]:
+    """Every question posed on `day`, as harvested, with ids from `first_id` and its outcome."""
     out = []
     for n, sim in enumerate(world.questions_posed_on(day)):
         resolution = world.resolution_as_of(sim.external_id, FAR_FUTURE)
         assert resolution is not None and resolution.value is not None
-        question = dataclasses.replace(sim.to_domain(), id=first_id + n)
-        if title_only:
-            question = dataclasses.replace(question, background="", resolution_criteria="")
-        out.append((question, resolution.value, sim.p_yes))
-    return out
-
-
-def _sft_trajectories(cfg: CurveConfig, world: World, tokenizer) -> list[Trajectory]:
-    """The world's over-confident (and noisy) reference answers as demonstrations."""
-    out = []
-    examples = sft_examples(
-        world, cfg.sft_days, sharpening=cfg.sharpening, noise_logit=cfg.sft_noise
-    )
-    for n, example in enumerate(examples):
-        question = dataclasses.replace(example.question, id=1 + n)
-        if cfg.title_only:
-            question = dataclasses.replace(question, background="", resolution_criteria="")
-        demo = Demonstration(question=question, completion=answer_text(example.target_p_yes))
-        out.append(
-            demonstration_trajectory(tokenizer, demo, agent_id=1, policy_version=0, sample_index=0)
+        question = dataclasses.replace(as_harvested(world, sim.external_id), id=first_id + n)
+        outcome = Outcome(
+            question_id=first_id + n,
+            revision=1,
+            status=OutcomeStatus.RESOLVED,
+            value=resolution.value,
+            resolved_at=resolution.resolved_at,
         )
+        out.append(RoundQuestion(PanelQuestion(question, resolution.value, sim.p_yes), outcome))
     return out
 
 
 def _sample(
     backend: LocalBackend,
-    items: Sequence[tuple[Question, float, float]],
-    cfg: CurveConfig,
+    items: Sequence[RoundQuestion],
+    settings: GenerationSettings,
     *,
     samples: int,
+    round_no: int,
     version: int,
-    seed: int,
-) -> tuple[list[list[Trajectory]], Scored]:
+) -> tuple[list[list[Trajectory]], PanelScore]:
+    """G rollouts per question with the agent loop, and their forecasts as a PanelScore."""
     corpus = InMemoryCorpus([])
-    agent = AgentConfig(max_turns=1, max_new_tokens=cfg.max_new_tokens)
-    groups, ps, ys, ts, qs = [], [], [], [], []
-    for k, (question, y, p_true) in enumerate(items):
-        params = SamplingParams(temperature=cfg.temperature, seed=seed * 100_003 + k)
+    groups, ps, ys, ts, qs, unparsed = [], [], [], [], [], 0
+    for k, rq in enumerate(items):
         group = run_group(
-            question,
+            rq.item.question,
             backend,
             corpus,
             samples=samples,
-            params=params,
-            agent_id=1,
+            agent_id=AGENT_ID,
             policy_version=version,
-            as_of=question.info_cutoff_at,
-            config=agent,
+            settings=settings,
+            seed=round_no * 100_003 + k,
+            as_of=rq.item.question.info_cutoff_at,
         )
         groups.append(group)
         for traj in group:
-            ps.append(traj.p_yes if traj.parse_status == "ok" else None)
-            ys.append(y)
-            ts.append(p_true)
+            if traj.parse_status is not ParseStatus.OK or traj.p_yes is None:
+                unparsed += 1
+                continue
+            ps.append(traj.p_yes)
+            ys.append(rq.item.outcome)
+            ts.append(rq.item.p_true)
             qs.append(k)
-    return groups, Scored(tuple(ps), tuple(ys), tuple(ts), tuple(qs))
+    score = PanelScore(
+        round=round_no,
+        policy_version=version,
+        p_yes=tuple(ps),
+        y=tuple(ys),
+        p_true=tuple(ts),
+        question=tuple(qs),
+        unparsed=unparsed,
+    )
+    return groups, score
 
 
 def _rewarded(
-    groups: list[list[Trajectory]], outcomes: Sequence[float], staleness: int
+    groups: list[list[Trajectory]], items: Sequence[RoundQuestion]
 ) -> list[ScoredRollout]:
+    """The groups' rollouts with their Brier rewards (staleness set when they are trained on)."""
     out = []
-    for group, y in zip(groups, outcomes, strict=True):
+    for group, rq in zip(groups, items, strict=True):
         for traj in group:
-            ok = traj.parse_status == "ok" and traj.p_yes is not None
-            reward = -((traj.p_yes - y) ** 2) if ok else UNPARSEABLE_REWARD
+            reward = brier_reward(traj, rq.item.question, rq.outcome)
+            assert reward is not None  # world questions are binary
             out.append(
                 ScoredRollout(
                     trajectory=traj,
-                    reward=reward,
-                    outcome_value=y,
-                    outcome_revision=1,
-                    staleness=staleness,
+                    reward=reward.value,
+                    outcome_value=rq.outcome.value,
+                    outcome_revision=rq.outcome.revision,
                 )
             )
     return out
@@ -286,10 +315,15 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
     """The whole experiment; prints a row per round and returns the rows."""
     started = time.perf_counter()
     torch.manual_seed(cfg.seed)
-    world = _world(cfg)
-    texts = [SYSTEM_PROMPT] + [
-        f"{q.title} {q.background}" for d in range(3) for q, _, _ in _questions(world, d, 0)
+    settings = cfg.generation
+    world = World(WorldConfig(seed=cfg.seed, questions_per_day=cfg.questions, cancel_rate=0.0))
+    # The tokenizer also learns the prompt and the answer strings themselves.
+    harvested = [
+        as_harvested(world, sim.external_id)
+        for d in range(3)
+        for sim in world.questions_posed_on(d)
     ]
+    texts = [SYSTEM_PROMPT, *(f"{q.title} {q.background}" for q in harvested)]
     texts += [answer_text(k / 100) for k in range(101)]
     base = init_tiny_model(
         work / "init",
@@ -301,7 +335,10 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
     backend = LocalBackend.from_pretrained(base)
     current = base
     if cfg.sft_days and cfg.sft_epochs:
-        demos = _sft_trajectories(cfg, world, backend.tokenizer)
+        examples = warm_start_questions(
+            world, cfg.sft_days, sharpening=cfg.sharpening, noise_logit=cfg.sft_noise
+        )
+        demos = warm_start_trajectories(backend.tokenizer, examples, agent_id=AGENT_ID)
         sft = TrainConfig(
             learning_rate=cfg.sft_lr,
             ppo_epochs=cfg.sft_epochs,
@@ -316,12 +353,14 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
             f"SFT: {len(demos)} demonstrations, {result.steps} steps, "
             f"{time.perf_counter() - started:.0f}s"
         )
-    eval_world = World(WorldConfig(seed=cfg.seed, questions_per_day=250, cancel_rate=0.0))
-    eval_items = [
-        item
-        for day in range(EVAL_DAY, EVAL_DAY + math.ceil(cfg.eval_questions / 250))
-        for item in _questions(eval_world, day, 10_000_000 + 1000 * day, title_only=cfg.title_only)
-    ][: cfg.eval_questions]
+    panel_world = World(
+        WorldConfig(
+            seed=cfg.seed,
+            questions_per_day=min(cfg.eval_questions, PANEL_QUESTIONS_PER_DAY),
+            cancel_rate=0.0,
+        )
+    )
+    panel = build_panel(panel_world, cfg.eval_questions)
     train_cfg = TrainConfig(
         estimator=cfg.estimator,
         learning_rate=cfg.lr,
@@ -340,19 +379,26 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
     rows: list[dict[str, float]] = []
     pending: dict[int, tuple[list[ScoredRollout], int]] = {}
     version = 0
-    panels: list[Scored] = []
+    panels: list[PanelScore] = []
     for r in range(cfg.rounds + 1):
         t0 = time.perf_counter()
         sampled_by = version
         backend = LocalBackend.from_pretrained(current)
-        items = _questions(world, cfg.sft_days + r, 1_000_000 + 1000 * r, title_only=cfg.title_only)
-        groups, scored = _sample(backend, items, cfg, samples=cfg.group, version=version, seed=r)
-        evaled = _sample(
-            backend, eval_items, cfg, samples=cfg.eval_samples, version=version, seed=7_777
-        )[1]
+        items = _round_questions(world, cfg.sft_days + r, 1_000_000 + 1000 * r)
+        groups, scored = _sample(
+            backend, items, settings, samples=cfg.group, round_no=r, version=version
+        )
+        evaled = score_panel(
+            backend,
+            settings,
+            panel,
+            round_no=r,
+            policy_version=version,
+            samples=cfg.eval_samples,
+            seed=cfg.seed,
+        )
         panels.append(evaled)
-        pending[r] = ([], version)
-        pending[r][0].extend(_rewarded(groups, [y for _, y, _ in items], 0))
+        pending[r] = (_rewarded(groups, items), version)
         ready = r - cfg.delay
         if ready in pending and r < cfg.rounds:
             rollouts, behaviour = pending.pop(ready)
@@ -365,7 +411,7 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
                 resume_from=current if (cfg.resume and version > 0) else None,
             )
             current, version = result.checkpoint_path, version + 1
-        m, e = scored.metrics(), evaled.metrics()
+        m, e = metrics(scored), metrics(evaled)
         row = {"round": r, "version": sampled_by, **m, **{f"eval_{k}": v for k, v in e.items()}}
         row["seconds"] = time.perf_counter() - t0
         rows.append(row)
@@ -374,26 +420,12 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
             f"{m['brier_true']:>6.3f} {m['exp_brier']:>6.3f} | "
             f"{e['brier']:>6.3f} {e['brier_half']:>5.3f} "
             f"{e['ece']:>5.3f} {e['acc']:>5.2f} {e['brier_true']:>6.3f} {e['exp_brier']:>6.3f} | "
-            f"{_cue_cell(evaled.mean_by_cue()):<30} {row['seconds']:>4.0f}",
+            f"{_cue_cell(mean_by_cue(evaled)):<30} {row['seconds']:>4.0f}",
             flush=True,
         )
-    first, last = rows[0], rows[-1]
-    # Brier and ECE are over parsed answers, so a policy that stops answering must not pass.
-    answering = last["eval_parsed"] >= first["eval_parsed"] - 0.05
-    paired = {
-        name: paired_bootstrap_difference(panels[0].rows(), panels[-1].rows(), score)
-        for name, score in (("Brier", brier), ("ECE", expected_calibration_error))
-    }
-    learned = answering and all(d.ci[1] < 0 for d in paired.values())
-    print(
-        f"wall {time.perf_counter() - started:.0f}s; eval (paired over questions) "
-        + "; ".join(
-            f"{name} {d.before:.3f} → {d.after:.3f} (Δ {d.difference:+.3f}, 95% CI "
-            f"[{d.ci[0]:+.3f}, {d.ci[1]:+.3f}])"
-            for name, d in paired.items()
-        )
-        + f": {'LEARNED' if learned else 'no clear gain'}"
-    )
+    claim = learning_claim(panels)
+    verdict = "no round-0 or last-round forecasts to compare" if claim is None else claim.summary()
+    print(f"wall {time.perf_counter() - started:.0f}s; eval (paired over questions) {verdict}")
     return rows
 
 
