@@ -19,11 +19,10 @@ from pathlib import Path
 
 import torch
 
-from futureworld.agent.loop import AgentConfig, run_group
+from futureworld.agent.loop import run_group
 from futureworld.agent.prompts import encode_prompt
 from futureworld.agent.tools import InMemoryCorpus
-from futureworld.domain import Question
-from futureworld.policy.base import SamplingParams
+from futureworld.domain import GenerationSettings, Question
 from futureworld.policy.local import LocalBackend
 from futureworld.policy.tiny import init_tiny_model
 
@@ -51,19 +50,18 @@ def _question() -> Question:
 def _time_loop(
     backend: LocalBackend, samples: int, new_tokens: int, seed: int
 ) -> tuple[float, int]:
-    config = AgentConfig(max_turns=1, max_new_tokens=new_tokens)
-    params = SamplingParams(temperature=1.0, seed=seed)
+    settings = GenerationSettings(temperature=1.0, max_turns=1, max_new_tokens=new_tokens)
     started = time.perf_counter()
     trajectories = run_group(
         _question(),
         backend,
         InMemoryCorpus([]),
         samples=samples,
-        params=params,
+        settings=settings,
+        seed=seed,
         agent_id=1,
         policy_version=0,
         as_of=_question().info_cutoff_at,
-        config=config,
     )
     elapsed = time.perf_counter() - started
     return elapsed, max(len(t.completion_token_ids) for t in trajectories)

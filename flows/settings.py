@@ -10,6 +10,9 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+DAILY_CRON = "0 6 * * *"
+"""The daily cycle's default schedule (UTC), as in prefect.yaml."""
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FW_", extra="ignore")

@@ -16,8 +16,12 @@ from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 from sqlalchemy import Engine
 
-from flows.settings import Settings
+from flows.context import open_context
+from flows.stages.backfilling import backfill_rewards
+from flows.stages.resolving import resolve
 from futureworld.domain import Question, QuestionStatus
+from storage.engine import make_engine, session_scope
+from storage.repositories.questions import list_questions
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +41,6 @@ def make_scheduler(
 
     A `memory` job store holds non-persistent jobs (the refresh job holds the scheduler).
     """
-    from storage.engine import make_engine
-
     cls = BlockingScheduler if blocking else BackgroundScheduler
     return cls(
         jobstores={
@@ -56,34 +58,19 @@ def job_id(question_id: int, kind: str) -> str:
 
 def check_resolution(question_id: int, db_url: str | None = None) -> None:
     """The timer job (a module-level function, so the stored job is a picklable reference):
-    ask the question's source for its outcome, then backfill the rewards it unlocks."""
-    from flows.runtime import configured_judge
-    from flows.stages.harvesting import resolve
-    from flows.stages.scoring import backfill_rewards
-    from storage.engine import make_engine
-
-    settings = Settings().with_db(db_url)
-    engine = make_engine(settings.database_url)
-    try:
-        now = datetime.now(UTC)
-        report = resolve(
-            engine,
-            settings,
-            now=now,
-            run_key=f"timer-{now.date().isoformat()}",
-            question_ids_filter=[question_id],
-            judge=configured_judge(settings, engine),
-        )
-        backfill = backfill_rewards(engine)
-        log.info(
-            "question %d: %d outcomes recorded, %d rewards written; errors: %s",
-            question_id,
-            report.outcomes_recorded,
-            backfill.rewards_inserted,
-            report.errors or "none",
-        )
-    finally:
-        engine.dispose()
+    ask the question's source for its outcome, then backfill the rewards it unlocks, through
+    the same stages as the daily cycle."""
+    now = datetime.now(UTC)
+    with open_context(db_url=db_url, as_of=now, run_key=f"timer-{now.date()}") as ctx:
+        report = resolve(ctx, question_ids=[question_id])
+        backfill = backfill_rewards(ctx)
+    log.info(
+        "question %d: %d outcomes recorded, %d rewards written; errors: %s",
+        question_id,
+        report.outcomes_recorded,
+        backfill.rewards_inserted,
+        report.errors or "none",
+    )
 
 
 def schedule_check(
@@ -135,9 +122,6 @@ def schedule_resolution_checks(
 
 def schedule_open_questions(scheduler: BaseScheduler, engine: Engine, db_url: str) -> int:
     """Time every open question in the store (run at start and every REFRESH_INTERVAL_S)."""
-    from storage.engine import session_scope
-    from storage.repositories.questions import list_questions
-
     with session_scope(engine) as session:
         questions = list_questions(session, status=QuestionStatus.OPEN)
     return len(schedule_resolution_checks(scheduler, questions, db_url=db_url))

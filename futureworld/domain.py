@@ -135,16 +135,92 @@ class Outcome:
             raise ValueError(f"resolved outcome of question {self.question_id} needs a value")
 
 
+class BackendKind(StrEnum):
+    """What answers an agent's questions."""
+
+    LOCAL = "local"
+    """A transformers model in this process (CPU or one GPU)."""
+    OPENAI = "openai"
+    """A vLLM OpenAI-compatible server over HTTP (infra/vllm)."""
+    BASELINE = "baseline"
+    """A reference forecaster without a model: crowd, base rate, uniform."""
+
+    @property
+    def generates(self) -> bool:
+        """Whether the kind samples tokens from a policy (and can be trained)."""
+        return self is not BackendKind.BASELINE
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationSettings:
+    """How an LLM agent samples and how long its research loop may run. Stored with the
+    agent; the loop and the sampler read it (baselines ignore it)."""
+
+    temperature: float = 1.0
+    """Softmax temperature T > 0; behaviour log-probs are taken at this temperature."""
+    top_p: float = 1.0
+    """Nucleus mass; 1.0 means no truncation, so μ is exactly softmax(logits / T)."""
+    seed: int = 0
+    """Base of the per-group seeds: a group's seed hashes (seed, question, version, sample)."""
+    max_turns: int = 4
+    """Assistant turns per rollout; a rollout still acting after the last one stops max_turns."""
+    max_new_tokens: int = 256
+    """Generated tokens per assistant turn."""
+    max_observation_tokens: int = 512
+    """Tool observation content beyond this is cut in the middle, with a marker."""
+    max_total_tokens: int = 4096
+    """Prompt + completion; a rollout that would exceed it stops max_tokens."""
+    search_k: int = 5
+    """Results per search."""
+    elicit_beliefs: bool = False
+    """After each tool turn, sample a short side answer (not added to the context)."""
+    belief_max_new_tokens: int = 8
+    """Token budget of that side answer."""
+    observation_role: str = "user"
+    """Chat role observations are framed as; "user" works with every chat template."""
+    brief_prompt: bool = False
+    """Leave background and resolution criteria out of the prompt (short prompts, tiny models)."""
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0.0:
+            raise ValueError(f"GenerationSettings.temperature must be > 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"GenerationSettings.top_p must be in (0, 1], got {self.top_p}")
+        for name in (
+            "max_turns",
+            "max_new_tokens",
+            "max_observation_tokens",
+            "search_k",
+            "belief_max_new_tokens",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"GenerationSettings.{name} must be >= 1, got {getattr(self, name)}"
+                )
+        if self.max_total_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"GenerationSettings.max_total_tokens ({self.max_total_tokens}) must exceed "
+                f"max_new_tokens ({self.max_new_tokens})"
+            )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Agent:
     name: str
     base_model: str
     """A local model directory, or a baseline's name for the non-LLM agents."""
-    backend: str
-    """local | openai | baseline"""
+    backend: BackendKind
     base_url: str | None = None
-    generation: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    """openai only: the server root, e.g. http://127.0.0.1:8000."""
+    served_model: str | None = None
+    """openai only: the base model's name on the server; default: the model directory's name."""
+    generation: GenerationSettings = field(
+        default_factory=GenerationSettings, hash=False, compare=False
+    )
     id: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", BackendKind(self.backend))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,6 +249,12 @@ class Turn:
     tool_result_ids: tuple[int, ...] = ()
     belief: float | None = None
     """P(yes) elicited after this turn by a side generation, for turn-level credit."""
+
+
+GroupKey = tuple[int, int, int]
+"""(question, agent, policy version): one group of rollouts."""
+MIN_GROUP_SIZE = 2
+"""A group needs this many scored rollouts to carry a baseline (and to be trained on)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,7 +297,7 @@ class Trajectory:
             )
 
     @property
-    def group_key(self) -> tuple[int, int, int]:
+    def group_key(self) -> GroupKey:
         """(question, agent, policy version): the G rollouts that share an advantage baseline."""
         return (self.question_id, self.agent_id, self.policy_version)
 
@@ -250,6 +332,21 @@ class ScoredRollout:
     outcome_revision: int
     staleness: int = 0
     """Policy versions between the behaviour policy and the one being trained."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayBatch:
+    """What replay hands the trainer: whole groups of scored rollouts, oldest group first."""
+
+    groups: tuple[tuple[ScoredRollout, ...], ...] = ()
+    skipped_small_groups: int = 0
+    """Groups with fewer than MIN_GROUP_SIZE scored rollouts."""
+    remaining_groups: int = 0
+    """Eligible groups left for a later update by a group limit."""
+
+    @property
+    def rollouts(self) -> list[ScoredRollout]:
+        return [rollout for group in self.groups for rollout in group]
 
 
 @dataclass(frozen=True, kw_only=True)

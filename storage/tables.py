@@ -108,6 +108,7 @@ class AgentRow(SQLModel, table=True):
     base_model: str
     backend: str
     base_url: str | None = None
+    served_model: str | None = None
     generation: dict[str, Any] = _json()
     created_at: datetime = _utc()
 

@@ -11,8 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Engine
-
+from flows.context import PipelineContext
 from futureworld.domain import Outcome
 from futureworld.sources.forecastbench import (
     ForecastBenchFormatError,
@@ -44,8 +43,10 @@ def _read(path: Path) -> str:
 
 
 def import_forecastbench(
-    engine: Engine, question_set: Path, resolution_set: Path | None = None
+    ctx: PipelineContext, question_set: Path, resolution_set: Path | None = None
 ) -> ImportReport:
+    """Import one question set, and its resolution set when given."""
+    engine = ctx.engine
     questions = parse_question_set(_read(question_set), str(question_set))
     resolutions = (
         parse_resolution_set(_read(resolution_set), str(resolution_set))

@@ -1,22 +1,21 @@
 """Predict: claim open questions for an agent's current policy version and persist G rollouts
-per question. Baseline agents answer in one token-free turn; LLM agents run the multi-turn
-loop (flows.stages.agents). Claims make concurrent workers safe and re-runs idempotent."""
+per question, from the agent's forecaster (flows.forecasters: the LLM loop or a baseline).
+Claims make concurrent workers safe and re-runs idempotent."""
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import Engine
 
-from futureworld.baselines import BASELINES, Baseline, baseline_trajectory
-from futureworld.domain import Agent, Question, Trajectory, utc_now
+from flows.context import PipelineContext
+from flows.forecasters import FORECASTERS
+from futureworld.domain import Trajectory, utc_now
 from storage.engine import session_scope
-from storage.repositories.agents import get_agent, latest_policy_version
-from storage.repositories.questions import list_questions, open_questions_at, resolved_history
+from storage.repositories.questions import list_questions, open_questions_at
 from storage.repositories.rollouts import (
     claim_questions,
     claim_workers,
@@ -25,9 +24,6 @@ from storage.repositories.rollouts import (
     release_claims,
     release_worker_claims,
 )
-
-GroupRunner = Callable[[Question, Sequence[int]], list[Trajectory]]
-"""Runs the missing sample indices of one question's group and returns their trajectories."""
 
 
 @dataclass(frozen=True)
@@ -62,58 +58,49 @@ def _alive(pid: str) -> bool:
 
 
 def predict(
-    engine: Engine,
+    ctx: PipelineContext,
     agent_name: str,
     *,
     samples: int = 1,
-    as_of: datetime | None = None,
     limit: int | None = None,
-    worker: str | None = None,
-    lease_s: float = 1800.0,
-    claim_batch: int | None = None,
-    runner_factory: Callable[[Agent, int, datetime], GroupRunner] | None = None,
     on_group: Callable[[int], None] | None = None,
 ) -> PredictReport:
-    """Forecast every question open at `as_of` that this agent's current policy version has
-    not forecast yet (or has fewer than `samples` rollouts for).
+    """Forecast every question open at `ctx.as_of` that this agent's current policy version
+    has not forecast yet (or has fewer than `samples` rollouts for).
 
-    `runner_factory(agent, policy_version, as_of)` builds the group runner for LLM agents; baseline
-    agents need none. Questions are claimed `claim_batch` at a time (default: one group for
-    LLM agents, so a crash loses at most one group; a thousand for the instant baselines).
+    Questions are claimed `forecaster.claim_batch` at a time (one group for LLM agents, so
+    a crash loses at most one group; a thousand for the instant baselines).
     `on_group(n_rollouts)` is called after each group (progress).
     """
-    as_of = as_of or utc_now()
-    worker = worker or default_worker_id()
+    engine = ctx.engine
+    worker = ctx.settings.worker_id or default_worker_id()
     release_dead_local_claims(engine)
+    agent = ctx.agent(agent_name)
+    version = ctx.current_version(agent)
     with session_scope(engine) as session:
-        agent = get_agent(session, agent_name)
-        version = latest_policy_version(session, agent.id).version
-        candidates = [q.id for q in open_questions_at(session, as_of)]
-    if agent.backend == "baseline":
-        runner = _baseline_runner(engine, agent, version, as_of)
-        samples, claim_batch = 1, claim_batch or 1000
-    else:
-        if runner_factory is None:
-            raise ValueError(f"agent {agent_name!r} ({agent.backend}) needs a generation backend")
-        runner = runner_factory(agent, version, as_of)
-        claim_batch = claim_batch or 1
+        candidates = [q.id for q in open_questions_at(session, ctx.as_of)]
+    forecaster = FORECASTERS[agent.backend](ctx, agent, version)
+    if forecaster.max_samples is not None:
+        samples = min(samples, forecaster.max_samples)
 
     n_questions = n_rollouts = 0
     while limit is None or n_questions < limit:
-        batch = claim_batch if limit is None else min(claim_batch, limit - n_questions)
+        batch = forecaster.claim_batch
+        if limit is not None:
+            batch = min(batch, limit - n_questions)
         with session_scope(engine) as session:
             claimed = claim_questions(
                 session,
                 candidates,
                 agent_id=agent.id,
-                policy_version=version,
+                policy_version=version.version,
                 samples=samples,
                 worker=worker,
-                lease_s=lease_s,
+                lease_s=ctx.settings.claim_lease_s,
                 limit=batch,
                 now=utc_now(),
             )
-            have = existing_samples(session, claimed, agent.id, version)
+            have = existing_samples(session, claimed, agent.id, version.version)
             questions = {q.id: q for q in list_questions(session, ids=claimed)}
         if not claimed:
             break
@@ -122,7 +109,7 @@ def predict(
         try:
             for question_id in claimed:
                 missing = [i for i in range(samples) if i not in have.get(question_id, set())]
-                group = runner(questions[question_id], missing)
+                group = forecaster.forecast(questions[question_id], missing)
                 trajectories.extend(group)
                 n_questions += 1
                 if on_group is not None:
@@ -131,29 +118,5 @@ def predict(
             # Persist what was generated even when a later group fails, then free the claims.
             with session_scope(engine) as session:
                 n_rollouts += insert_rollouts(session, trajectories)
-                release_claims(session, claimed, agent_id=agent.id, policy_version=version)
-    return PredictReport(agent.name, version, n_questions, n_rollouts)
-
-
-def _baseline_runner(engine: Engine, agent: Agent, version: int, as_of: datetime) -> GroupRunner:
-    try:
-        forecast = BASELINES[Baseline(agent.base_model)]
-    except ValueError:
-        known = ", ".join(b.value for b in Baseline)
-        raise ValueError(
-            f"agent {agent.name!r}: unknown baseline {agent.base_model!r} ({known})"
-        ) from None
-    with session_scope(engine) as session:
-        history = resolved_history(session)
-
-    def run(question: Question, missing: Sequence[int]) -> list[Trajectory]:
-        if not missing:
-            return []
-        p_yes = forecast(question, history)
-        return [
-            baseline_trajectory(
-                question, p_yes, agent_id=agent.id, policy_version=version, as_of=as_of
-            )
-        ]
-
-    return run
+                release_claims(session, claimed, agent_id=agent.id, policy_version=version.version)
+    return PredictReport(agent.name, version.version, n_questions, n_rollouts)

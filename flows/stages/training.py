@@ -14,17 +14,15 @@ is refused with a clear error.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine
+from pydantic import BaseModel, ConfigDict
 
-from flows.settings import Settings
+from flows.context import PipelineContext
 from futureworld.domain import (
     Agent,
     PolicyVersion,
@@ -33,19 +31,64 @@ from futureworld.domain import (
     TrainStep,
     Trajectory,
 )
-from futureworld.rewards import DEFAULT_REWARD
-from futureworld.rl.config import Estimator, TrainConfig
-from futureworld.rl.trainer import TrainResult, train_policy
+from futureworld.policy.base import is_lora_adapter
+from futureworld.rewards import DEFAULT_REWARD, RewardFn
+from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator, TrainConfig
 from storage.engine import session_scope
-from storage.repositories.agents import get_agent, latest_policy_version, register_policy_version
-from storage.repositories.rollouts import load_trajectories
+from storage.repositories.agents import register_policy_version
 from storage.repositories.training import (
     finish_training_run,
     record_consumption,
     record_train_steps,
-    select_replay_groups,
+    select_replay_batch,
     start_training_run,
 )
+
+if TYPE_CHECKING:
+    from futureworld.rl.trainer import TrainResult
+
+
+class TrainOptions(BaseModel):
+    """What a person chooses for one update, from the CLI, a Prefect parameter or the demo;
+    everything else is TrainConfig's default. Typed end to end: enums, numbers, flags."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    estimator: Estimator = DEFAULT_ESTIMATOR
+    """Advantage estimator (dr_grpo, grpo, rloo, forecast_info_gain, siop) or sft."""
+    reward_fn: RewardFn = DEFAULT_REWARD
+    """Which stored reward the update trains on."""
+    lora: bool = False
+    """Train a LoRA adapter over the base model instead of all weights."""
+    learning_rate: float = TrainConfig.learning_rate
+    ppo_epochs: int = TrainConfig.ppo_epochs
+    grad_accum_steps: int = TrainConfig.grad_accum_steps
+    """Packed micro-batches summed into one optimiser step."""
+    micro_batch_tokens: int = TrainConfig.micro_batch_tokens
+    """Tokens per packed row (a longer rollout gets a row of its own)."""
+    temperature: float = TrainConfig.temperature
+    """The behaviour policy's sampling temperature (log-probs use logits / T)."""
+    max_groups: int | None = None
+    """Replay at most this many groups (oldest first); the rest wait for the next update."""
+    min_groups: int = 1
+    """Do nothing while fewer completed groups are waiting."""
+    reuse: bool = False
+    """Also replay groups this lineage trained on before."""
+    fresh_optimizer: bool = False
+    """Start a new AdamW instead of continuing the newest RL version's moments."""
+
+    def train_config(self, *, device: str | None) -> TrainConfig:
+        return TrainConfig(
+            estimator=self.estimator,
+            reward_fn=self.reward_fn,
+            lora=self.lora,
+            learning_rate=self.learning_rate,
+            ppo_epochs=self.ppo_epochs,
+            grad_accum_steps=self.grad_accum_steps,
+            micro_batch_tokens=self.micro_batch_tokens,
+            temperature=self.temperature,
+            device=device,
+        )
 
 
 @dataclass(frozen=True)
@@ -66,15 +109,11 @@ STEP_FLUSH_EVERY = 25
 """Per-step metrics are written in batches of this many steps (and at the end)."""
 
 
-def checkpoint_dir(settings: Settings, agent: Agent, version: int) -> Path:
-    return settings.data_dir.resolve() / "checkpoints" / agent.name / f"v{version}"
-
-
 def _model_and_adapter(
     agent: Agent, current: PolicyVersion, lora: bool
 ) -> tuple[Path, Path | None]:
     checkpoint = Path(current.checkpoint_path)
-    if (checkpoint / "adapter_config.json").is_file():
+    if is_lora_adapter(checkpoint):
         if not lora:
             raise ValueError(
                 f"{agent.name} v{current.version} is a LoRA adapter; keep training with --lora"
@@ -114,8 +153,7 @@ def _free_target(target: Path) -> None:
 
 
 def _run_update(
-    engine: Engine,
-    settings: Settings,
+    ctx: PipelineContext,
     agent: Agent,
     current: PolicyVersion,
     items: Sequence[ScoredRollout | Trajectory],
@@ -125,13 +163,16 @@ def _run_update(
     on_registered: Callable[[Any, int], None],
     resume_from: Path | None = None,
 ) -> tuple[TrainingRun, TrainResult, PolicyVersion]:
+    from futureworld.rl.trainer import train_policy
+
+    engine = ctx.engine
     model_dir, adapter_dir = _model_and_adapter(agent, current, config.lora)
     with session_scope(engine) as session:
         run = start_training_run(
             session,
             TrainingRun(agent_id=agent.id, from_version=current.version, config=run_config),
         )
-    target = checkpoint_dir(settings, agent, current.version + 1)
+    target = ctx.checkpoint_dir(agent, current.version + 1)
     target.parent.mkdir(parents=True, exist_ok=True)
     _free_target(target)
 
@@ -189,78 +230,54 @@ def _run_update(
     return run, result, version
 
 
-def train_config(
-    settings: Settings, *, estimator: str, lora: bool, overrides: dict[str, Any] | None = None
-) -> TrainConfig:
-    try:
-        chosen = Estimator(estimator)
-    except ValueError:
-        known = ", ".join(e.value for e in Estimator)
-        raise ValueError(f"unknown estimator {estimator!r} (known: {known})") from None
-    return TrainConfig(estimator=chosen, lora=lora, device=settings.device, **(overrides or {}))
-
-
 def replay_and_train(
-    engine: Engine,
-    settings: Settings,
+    ctx: PipelineContext,
     agent_name: str,
+    options: TrainOptions,
     *,
-    estimator: str = "dr_grpo",
-    max_groups: int | None = None,
-    lora: bool = False,
-    min_groups: int = 1,
-    reuse: bool = False,
-    config_overrides: dict[str, Any] | None = None,
     resume_from: Path | None = None,
-    fresh_optimizer: bool = False,
 ) -> TrainReport | None:
     """Train `agent_name`'s newest policy on its completed, unconsumed groups (oldest first).
 
-    Returns None, changing nothing, when fewer than `min_groups` groups are ready. The AdamW
-    state of the newest version carries over when it was an RL update of the same kind
-    (`_continued_optimizer`), unless `fresh_optimizer` or an explicit `resume_from` is given.
+    Returns None, changing nothing, when fewer than `options.min_groups` groups are ready.
+    The AdamW state of the newest version carries over when it was an RL update of the same
+    kind (`_continued_optimizer`), unless `options.fresh_optimizer` or an explicit
+    `resume_from` is given.
     """
-    config = train_config(settings, estimator=estimator, lora=lora, overrides=config_overrides)
-    with session_scope(engine) as session:
-        agent = get_agent(session, agent_name)
-        current = latest_policy_version(session, agent.id)
-        selection = select_replay_groups(
-            session, agent.id, reward_fn=str(DEFAULT_REWARD), max_groups=max_groups, reuse=reuse
+    config = options.train_config(device=ctx.settings.device)
+    agent = ctx.agent(agent_name)
+    current = ctx.current_version(agent)
+    with session_scope(ctx.engine) as session:
+        batch = select_replay_batch(
+            session,
+            agent.id,
+            reward_fn=str(config.reward_fn),
+            current_version=current.version,
+            max_groups=options.max_groups,
+            reuse=options.reuse,
         )
-        if len(selection.groups) < max(min_groups, 1):
-            return None
-        items = selection.items
-        trajectories = load_trajectories(session, [i.rollout_id for i in items])
-    scored = [
-        ScoredRollout(
-            trajectory=t,
-            reward=i.reward,
-            outcome_value=i.outcome_value,
-            outcome_revision=i.outcome_revision,
-            staleness=current.version - t.policy_version,
-        )
-        for i, t in zip(items, trajectories, strict=True)
-    ]
+    if len(batch.groups) < max(options.min_groups, 1):
+        return None
+    rollouts = batch.rollouts
     run_config = {
-        "train": _jsonable(config),
-        "max_groups": max_groups,
-        "reuse": reuse,
-        "groups": len(selection.groups),
-        "reward_fn": str(DEFAULT_REWARD),
+        "train": config.to_json(),
+        "max_groups": options.max_groups,
+        "reuse": options.reuse,
+        "groups": len(batch.groups),
+        "reward_fn": str(config.reward_fn),
     }
 
     def consume(session: Any, run_id: int) -> None:
-        record_consumption(session, run_id, agent.id, items)
+        record_consumption(session, run_id, agent.id, rollouts)
 
-    if resume_from is None and not fresh_optimizer:
+    if resume_from is None and not options.fresh_optimizer:
         resume_from = _continued_optimizer(current, config)
     run_config["resumed_from"] = None if resume_from is None else str(resume_from)
     run, result, version = _run_update(
-        engine,
-        settings,
+        ctx,
         agent,
         current,
-        scored,
+        rollouts,
         config,
         run_config=run_config,
         on_registered=consume,
@@ -273,31 +290,28 @@ def replay_and_train(
         to_version=version.version,
         groups=result.groups_used,
         rollouts=result.rollouts_used,
-        groups_skipped=selection.skipped_small_groups + result.groups_skipped,
-        remaining_groups=selection.remaining_groups,
+        groups_skipped=batch.skipped_small_groups + result.groups_skipped,
+        remaining_groups=batch.remaining_groups,
         checkpoint_path=str(version.checkpoint_path),
         steps=[dict(m) for m in result.metrics],
     )
 
 
 def supervised_finetune(
-    engine: Engine,
-    settings: Settings,
+    ctx: PipelineContext,
     agent_name: str,
     trajectories: Sequence[Trajectory],
-    *,
-    lora: bool = False,
-    config_overrides: dict[str, Any] | None = None,
+    options: TrainOptions,
 ) -> TrainReport:
     """SFT on given trajectories (warm start, distillation): weight 1 on mask-1 tokens."""
-    config = train_config(settings, estimator="sft", lora=lora, overrides=config_overrides)
-    with session_scope(engine) as session:
-        agent = get_agent(session, agent_name)
-        current = latest_policy_version(session, agent.id)
-    run_config = {"train": _jsonable(config), "sft_examples": len(trajectories)}
+    config = options.model_copy(update={"estimator": Estimator.SFT}).train_config(
+        device=ctx.settings.device
+    )
+    agent = ctx.agent(agent_name)
+    current = ctx.current_version(agent)
+    run_config = {"train": config.to_json(), "sft_examples": len(trajectories)}
     run, result, version = _run_update(
-        engine,
-        settings,
+        ctx,
         agent,
         current,
         trajectories,
@@ -319,5 +333,19 @@ def supervised_finetune(
     )
 
 
-def _jsonable(config: TrainConfig) -> dict[str, Any]:
-    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
+def sft_trajectories_from_jsonl(
+    ctx: PipelineContext, agent_name: str, path: Path
+) -> list[Trajectory]:
+    """Demonstrations from a JSONL file, tokenized with the agent's newest tokenizer."""
+    from futureworld.agent.demonstrations import demonstration_trajectory, read_demonstrations
+
+    agent = ctx.agent(agent_name)
+    version = ctx.current_version(agent)
+    tokenizer = ctx.tokenizer(agent, version)
+    demonstrations = read_demonstrations(path.read_text(encoding="utf-8"), str(path))
+    return [
+        demonstration_trajectory(
+            tokenizer, d, agent_id=agent.id, policy_version=version.version, sample_index=i
+        )
+        for i, d in enumerate(demonstrations)
+    ]

@@ -18,47 +18,19 @@ from futureworld.agent.parsing import ACTION_STOP_STRINGS, Action, ActionKind, p
 from futureworld.agent.parsing import parse_action as parse_action_text
 from futureworld.agent.prompts import BELIEF_PREFIX, encode_prompt, observation_frame
 from futureworld.agent.tools import Corpus, format_article, format_search_results
-from futureworld.domain import ParseStatus, Question, StopReason, Trajectory, Turn, utc_now
+from futureworld.domain import (
+    GenerationSettings,
+    ParseStatus,
+    Question,
+    StopReason,
+    Trajectory,
+    Turn,
+    utc_now,
+)
 from futureworld.policy.base import FinishReason, Generation, PolicyBackend, SamplingParams
 
 _TURN_SEED_STRIDE = 1_000_003
 _BELIEF_SEED_OFFSET = 500_009
-
-
-@dataclass(frozen=True, kw_only=True)
-class AgentConfig:
-    """Limits and options of one agent's research loop."""
-
-    max_turns: int = 4
-    """Assistant turns per rollout; a rollout still acting after the last one stops max_turns."""
-    max_new_tokens: int = 256
-    """Generated tokens per assistant turn."""
-    max_observation_tokens: int = 512
-    """Tool observation content beyond this is cut in the middle, with a marker."""
-    max_total_tokens: int = 4096
-    """Prompt + completion; a rollout that would exceed it stops max_tokens."""
-    search_k: int = 5
-    """Results per search."""
-    elicit_beliefs: bool = False
-    """After each tool turn, sample a short side answer (not added to the context)."""
-    belief_max_new_tokens: int = 8
-    """Token budget of that side answer."""
-    observation_role: str = "user"
-    """Chat role observations are framed as; "user" works with every chat template."""
-    brief_prompt: bool = False
-    """Leave background and resolution criteria out of the prompt (short prompts, tiny models)."""
-
-    def __post_init__(self) -> None:
-        for name in ("max_turns", "max_new_tokens", "max_observation_tokens", "search_k"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"AgentConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_total_tokens <= self.max_new_tokens:
-            raise ValueError(
-                f"AgentConfig.max_total_tokens ({self.max_total_tokens}) must exceed "
-                f"max_new_tokens ({self.max_new_tokens})"
-            )
-        if self.belief_max_new_tokens < 1:
-            raise ValueError("AgentConfig.belief_max_new_tokens must be >= 1")
 
 
 @dataclass
@@ -79,46 +51,51 @@ def run_group(
     corpus: Corpus,
     *,
     samples: int,
-    params: SamplingParams,
     agent_id: int,
     policy_version: int,
+    settings: GenerationSettings = GenerationSettings(),
+    seed: int | None = None,
     as_of: datetime | None = None,
-    config: AgentConfig = AgentConfig(),
 ) -> list[Trajectory]:
     """Run `samples` rollouts of `question` together and return their trajectories.
 
     Every turn, all still-active rollouts generate in one batched call. The corpus is
-    queried as of min(as_of, question.info_cutoff_at), so nothing later can leak in.
-    `params.max_new_tokens` and `params.stop` are set per turn by the loop; with a seed,
-    turn t samples with seed + t·1000003 (give each question its own seed).
+    queried as of min(as_of, question.info_cutoff_at), so nothing later can leak in. With a
+    seed, turn t samples with seed + t·1000003 (give each question its own seed).
     """
     if question.id is None:
         raise ValueError(f"question {question.source}/{question.external_id} has no id yet")
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
+    params = SamplingParams(
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        seed=seed,
+    )
     started = time.perf_counter()
     as_of = utc_now() if as_of is None else as_of
     search_as_of = min(as_of, question.info_cutoff_at)
     tokenizer = backend.tokenizer
-    prompt = encode_prompt(tokenizer, question, as_of=search_as_of, brief=config.brief_prompt)
-    if len(prompt) + 1 > config.max_total_tokens:
+    prompt = encode_prompt(tokenizer, question, as_of=search_as_of, brief=settings.brief_prompt)
+    if len(prompt) + 1 > settings.max_total_tokens:
         raise ValueError(
             f"question {question.id}: prompt has {len(prompt)} tokens, over max_total_tokens"
         )
-    frame = observation_frame(tokenizer, config.observation_role)
+    frame = observation_frame(tokenizer, settings.observation_role)
     belief_ids = tokenizer.encode(BELIEF_PREFIX, add_special_tokens=False)
     stops = tuple(dict.fromkeys((*params.stop, *ACTION_STOP_STRINGS)))
     rollouts = [_Rollout(index=i) for i in range(samples)]
     generate_s = 0.0
 
-    for turn_no in range(config.max_turns):
+    for turn_no in range(settings.max_turns):
         active = [r for r in rollouts if r.stop is None]
         if not active:
             break
-        budgets = [config.max_total_tokens - len(prompt) - len(r.completion) for r in active]
+        budgets = [settings.max_total_tokens - len(prompt) - len(r.completion) for r in active]
         turn_params = replace(
             params,
-            max_new_tokens=min(config.max_new_tokens, max(budgets)),
+            max_new_tokens=min(settings.max_new_tokens, max(budgets)),
             stop=stops,
             seed=None if params.seed is None else params.seed + turn_no * _TURN_SEED_STRIDE,
         )
@@ -130,20 +107,20 @@ def run_group(
             action = _append_generation(rollout, generation, budget, tokenizer)
             if rollout.stop is not None:
                 continue
-            if turn_no + 1 == config.max_turns:
+            if turn_no + 1 == settings.max_turns:
                 rollout.stop = StopReason.MAX_TURNS
                 continue
-            _call_tool(rollout, action, corpus, search_as_of, prompt, frame, config, tokenizer)
+            _call_tool(rollout, action, corpus, search_as_of, prompt, frame, settings, tokenizer)
             if rollout.stop is None:
                 acted.append(rollout)
-        if config.elicit_beliefs and acted:
+        if settings.elicit_beliefs and acted:
             t0 = time.perf_counter()
-            _elicit_beliefs(acted, backend, prompt, belief_ids, params, turn_no, config)
+            _elicit_beliefs(acted, backend, prompt, belief_ids, params, turn_no, settings)
             generate_s += time.perf_counter() - t0
 
     total_s = time.perf_counter() - started
-    recorded = replace(params, max_new_tokens=config.max_new_tokens, stop=stops)
-    sampling = {**recorded.to_dict(), "agent": asdict(config), "backend": backend.describe()}
+    recorded = replace(params, max_new_tokens=settings.max_new_tokens, stop=stops)
+    sampling = {**recorded.to_dict(), "agent": asdict(settings), "backend": backend.describe()}
     trajectories = []
     for r in rollouts:
         p_yes, status = parse_answer(r.last_text)
@@ -217,7 +194,7 @@ def _call_tool(
     as_of: datetime,
     prompt: Sequence[int],
     frame: tuple[str, str],
-    config: AgentConfig,
+    settings: GenerationSettings,
     tokenizer: PreTrainedTokenizerBase,
 ) -> None:
     """Run the search/open, then append its observation once-tokenized with mask 0."""
@@ -225,7 +202,7 @@ def _call_tool(
     result_ids: tuple[int, ...] = ()
     try:
         if action.kind is ActionKind.SEARCH:
-            articles = corpus.search(action.argument, as_of, config.search_k)
+            articles = corpus.search(action.argument, as_of, settings.search_k)
             result_ids = tuple(a.id for a in articles if a.id is not None)
             content = format_search_results(action.argument, articles)
         else:
@@ -248,11 +225,11 @@ def _call_tool(
         )
         return
     rollout.tool_s += time.perf_counter() - t0
-    content = _truncate_middle(content, config.max_observation_tokens, tokenizer)
+    content = _truncate_middle(content, settings.max_observation_tokens, tokenizer)
     text = frame[0] + content + frame[1]
     ids = tokenizer.encode(text, add_special_tokens=False)
     # The next turn needs room for at least one generated token.
-    if len(prompt) + len(rollout.completion) + len(ids) + 1 > config.max_total_tokens:
+    if len(prompt) + len(rollout.completion) + len(ids) + 1 > settings.max_total_tokens:
         rollout.stop = StopReason.MAX_TOKENS
         return
     start = len(rollout.completion)
@@ -306,12 +283,12 @@ def _elicit_beliefs(
     belief_ids: Sequence[int],
     params: SamplingParams,
     turn_no: int,
-    config: AgentConfig,
+    settings: GenerationSettings,
 ) -> None:
     """Side generation on a copy of each context; the answer goes on the tool turn's belief."""
     side_params = replace(
         params,
-        max_new_tokens=config.belief_max_new_tokens,
+        max_new_tokens=settings.belief_max_new_tokens,
         stop=("</probability>",),
         seed=None
         if params.seed is None

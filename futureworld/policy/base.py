@@ -9,9 +9,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from transformers import PreTrainedTokenizerBase
+
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+"""peft's marker file: a checkpoint directory holding it is a LoRA adapter."""
+
+
+def is_lora_adapter(checkpoint: Path) -> bool:
+    """Whether a checkpoint directory is a LoRA adapter (over its agent's base model) rather
+    than a full model directory."""
+    return (Path(checkpoint) / ADAPTER_CONFIG_FILE).is_file()
 
 
 class FinishReason(StrEnum):

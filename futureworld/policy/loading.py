@@ -1,26 +1,19 @@
 """Building a backend from a description: which kind, which model, which adapter.
 
 Flows call `load_backend` with what an agent's policy version records; the registry at the
-bottom maps each `BackendKind` to its loader.
+bottom maps each generating `BackendKind` (not the baselines) to its loader.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
+from futureworld.domain import BackendKind
 from futureworld.policy.base import PolicyBackend
 from futureworld.policy.local import LocalBackend
 from futureworld.policy.openai_http import OpenAIHttpBackend
-
-
-class BackendKind(StrEnum):
-    LOCAL = "local"
-    """transformers in this process (CPU or one GPU)."""
-    OPENAI = "openai"
-    """A vLLM OpenAI-compatible server over HTTP (infra/vllm)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +39,8 @@ class BackendSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", BackendKind(self.kind))
+        if not self.kind.generates:
+            raise ValueError(f"a {self.kind} agent has no generation backend")
         if self.kind is BackendKind.OPENAI and not self.base_url:
             raise ValueError("an openai backend needs base_url")
 

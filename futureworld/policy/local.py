@@ -13,7 +13,13 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from futureworld.policy.base import FinishReason, Generation, SamplingParams, find_stop
+from futureworld.policy.base import (
+    FinishReason,
+    Generation,
+    SamplingParams,
+    find_stop,
+    is_lora_adapter,
+)
 
 
 class LocalBackend:
@@ -50,7 +56,7 @@ class LocalBackend:
             from peft import PeftModel
 
             adapter_dir = Path(adapter_dir)
-            if not (adapter_dir / "adapter_config.json").is_file():
+            if not is_lora_adapter(adapter_dir):
                 raise FileNotFoundError(f"{adapter_dir} is not a peft adapter directory")
             # Merged once: sampling then costs exactly what the base model costs.
             model = PeftModel.from_pretrained(model, adapter_dir, local_files_only=True)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from futureworld.domain import ScoredRollout
+from futureworld.domain import MIN_GROUP_SIZE, ScoredRollout
+from futureworld.rewards import UNPARSEABLE_REWARD
 from futureworld.rl.config import Estimator, TrainConfig
 
 TokenAdvantages = list[np.ndarray]
@@ -25,8 +26,6 @@ GRPO_EPS = 1e-6
 """ε in grpo's (std + ε): keeps all-equal groups at advantage 0 instead of 0/0."""
 PRIOR_BELIEF = 0.5
 """forecast_info_gain: the belief before the first turn (the uninformed forecast)."""
-UNPARSEABLE_REWARD = -1.25
-"""siop: reward of a rollout with no parsed probability (ARCHITECTURE §5)."""
 
 
 def _mask(rollout: ScoredRollout) -> np.ndarray:
@@ -52,7 +51,7 @@ def dr_grpo(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvanta
     forecasters toward over-confidence. Liu et al. 2025, "Understanding R1-Zero-Like
     Training: A Critical Perspective" (Dr. GRPO), arXiv:2503.20783.
     """
-    if len(group) < 2:
+    if len(group) < MIN_GROUP_SIZE:
         return None
     rewards = _rewards(group)
     return _broadcast(group, rewards - rewards.mean())
@@ -63,7 +62,7 @@ def grpo(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages
 
     Shao et al. 2024, "DeepSeekMath" (GRPO), arXiv:2402.03300.
     """
-    if len(group) < 2:
+    if len(group) < MIN_GROUP_SIZE:
         return None
     rewards = _rewards(group)
     return _broadcast(group, (rewards - rewards.mean()) / (rewards.std() + GRPO_EPS))
@@ -75,7 +74,7 @@ def rloo(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages
     Kool et al. 2019, "Buy 4 REINFORCE Samples, Get a Baseline for Free!"; Ahmadian et al.
     2024, "Back to Basics: Revisiting REINFORCE Style Optimization", arXiv:2402.14740.
     """
-    if len(group) < 2:
+    if len(group) < MIN_GROUP_SIZE:
         return None
     rewards = _rewards(group)
     others = (rewards.sum() - rewards) / (len(group) - 1)
@@ -95,7 +94,7 @@ def forecast_info_gain(
     while crediting turns that moved the forecast toward the outcome. Generated tokens not
     inside any turn span get the dr_grpo part only. Groups without an outcome are skipped.
     """
-    if len(group) < 2 or any(r.outcome_value is None for r in group):
+    if len(group) < MIN_GROUP_SIZE or any(r.outcome_value is None for r in group):
         return None
     base = dr_grpo(group, config)
     assert base is not None

@@ -6,11 +6,16 @@ and precision. It does not know where the rollouts come from or where versions a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
-import torch
+from futureworld.rewards import DEFAULT_REWARD, RewardFn
+
+if TYPE_CHECKING:  # torch loads only when an update runs, not when a command line parses
+    import torch
 
 
 class Estimator(StrEnum):
@@ -28,6 +33,10 @@ class Estimator(StrEnum):
     """Label-free provisional rewards from the group's reliability-weighted consensus."""
     SFT = "sft"
     """Supervised fine-tuning: weight 1 on every generated token, loss −mean log π."""
+
+
+DEFAULT_ESTIMATOR = Estimator.DR_GRPO
+"""The estimator an update uses unless told otherwise (ARCHITECTURE §6)."""
 
 
 class Objective(StrEnum):
@@ -50,8 +59,10 @@ class Precision(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    estimator: Estimator = Estimator.DR_GRPO
+    estimator: Estimator = DEFAULT_ESTIMATOR
     """Advantage estimator; `sft` switches the objective to supervised fine-tuning."""
+    reward_fn: RewardFn = DEFAULT_REWARD
+    """Which stored reward replay trains on (brier, log_score, rlcr, crps)."""
     learning_rate: float = 1e-6
     """AdamW learning rate (constant; the update is a handful of steps)."""
     weight_decay: float = 0.0
@@ -111,6 +122,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "estimator", Estimator(self.estimator))
+        object.__setattr__(self, "reward_fn", RewardFn(self.reward_fn))
         object.__setattr__(self, "precision", Precision(self.precision))
         object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))
         positive = {
@@ -154,18 +166,30 @@ class TrainConfig:
                 f"TrainConfig.adam_betas must be two numbers in [0, 1), got {self.adam_betas}"
             )
 
+    def to_json(self) -> dict[str, Any]:
+        """The config as JSON-ready values (enums as strings, tuples as lists): what a
+        checkpoint's trainer state and a training run record."""
+        return {
+            k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, StrEnum) else v)
+            for k, v in dataclasses.asdict(self).items()
+        }
+
     @property
     def objective(self) -> Objective:
         """SFT trains on likelihood; every RL estimator feeds the decoupled-PPO loss."""
         return Objective.SFT if self.estimator is Estimator.SFT else Objective.DECOUPLED_PPO
 
     def resolved_device(self) -> torch.device:
+        import torch
+
         if self.device is not None:
             return torch.device(self.device)
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     def autocast_dtype(self, device: torch.device) -> torch.dtype | None:
         """The autocast dtype for the forward pass, or None for plain fp32."""
+        import torch
+
         if self.precision is Precision.BF16 or (
             self.precision is Precision.AUTO and device.type == "cuda"
         ):

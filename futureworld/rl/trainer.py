@@ -192,10 +192,12 @@ def _attach_reference(
 def _trainer_state(
     config: TrainConfig, model_dir: Path, global_step: int, **extra: Any
 ) -> dict[str, Any]:
-    cfg = {
-        k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(config).items()
+    return {
+        "global_step": global_step,
+        "base_model": str(model_dir),
+        "config": config.to_json(),
+        **extra,
     }
-    return {"global_step": global_step, "base_model": str(model_dir), "config": cfg, **extra}
 
 
 def train_policy(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from futureworld.domain import Agent, PolicyVersion, utc_now
+from futureworld.domain import Agent, BackendKind, GenerationSettings, PolicyVersion, utc_now
 from storage.tables import AgentRow, PolicyVersionRow
 
 
@@ -16,9 +17,10 @@ def _agent(row: AgentRow) -> Agent:
         id=row.id,
         name=row.name,
         base_model=row.base_model,
-        backend=row.backend,
+        backend=BackendKind(row.backend),
         base_url=row.base_url,
-        generation=dict(row.generation or {}),
+        served_model=row.served_model,
+        generation=GenerationSettings(**(row.generation or {})),
     )
 
 
@@ -54,9 +56,10 @@ def ensure_agent(session: Session, agent: Agent, *, checkpoint_sha256: str = "")
     row = AgentRow(
         name=agent.name,
         base_model=agent.base_model,
-        backend=agent.backend,
+        backend=str(agent.backend),
         base_url=agent.base_url,
-        generation=agent.generation,
+        served_model=agent.served_model,
+        generation=dataclasses.asdict(agent.generation),
         created_at=utc_now(),
     )
     session.add(row)

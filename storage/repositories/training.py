@@ -11,16 +11,25 @@ to drop data (the trainer corrects for it).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
-from futureworld.domain import OutcomeStatus, TrainingRun, TrainStep, utc_now
+from futureworld.domain import (
+    MIN_GROUP_SIZE,
+    GroupKey,
+    OutcomeStatus,
+    ReplayBatch,
+    ScoredRollout,
+    TrainingRun,
+    TrainStep,
+    utc_now,
+)
 from storage.repositories._sql import insert
 from storage.repositories.questions import current_outcomes
+from storage.repositories.rollouts import load_trajectories
 from storage.tables import (
     ReplayConsumptionRow,
     RewardRow,
@@ -30,39 +39,22 @@ from storage.tables import (
 )
 
 
-@dataclass(frozen=True)
-class ReplayItem:
-    rollout_id: int
-    question_id: int
-    policy_version: int
-    reward: float
-    outcome_value: float
-    outcome_revision: int
-    created_at: datetime
-
-
-@dataclass
-class ReplaySelection:
-    groups: list[list[ReplayItem]] = field(default_factory=list)
-    skipped_small_groups: int = 0
-    """Groups with fewer than `min_group_size` scored rollouts."""
-    remaining_groups: int = 0
-    """Eligible groups left for a later run by `max_groups`."""
-
-    @property
-    def items(self) -> list[ReplayItem]:
-        return [item for group in self.groups for item in group]
-
-
-def select_replay_groups(
+def select_replay_batch(
     session: Session,
     agent_id: int,
     *,
     reward_fn: str,
+    current_version: int,
     max_groups: int | None = None,
     reuse: bool = False,
-    min_group_size: int = 2,
-) -> ReplaySelection:
+) -> ReplayBatch:
+    """The agent's replayable groups, oldest first, as scored rollouts with their tokens.
+
+    Each rollout carries the reward `reward_fn` gave it under its question's current outcome
+    revision, and its staleness against `current_version`. Groups with fewer than
+    MIN_GROUP_SIZE scored rollouts are counted, not returned; `max_groups` leaves the rest
+    for a later update.
+    """
     current = current_outcomes()
     consumed = exists().where(
         ReplayConsumptionRow.agent_id == agent_id,
@@ -78,7 +70,6 @@ def select_replay_groups(
             RewardRow.value,
             current.c.value,
             RewardRow.outcome_revision,
-            RolloutRow.created_at,
         )
         .join(RewardRow, RewardRow.rollout_id == RolloutRow.id)
         .join(
@@ -97,22 +88,31 @@ def select_replay_groups(
     )
     if not reuse:
         statement = statement.where(~consumed)
-    groups: dict[tuple[int, int], list[ReplayItem]] = {}
-    for rid, qid, version, reward, value, revision, created in session.execute(statement):
-        groups.setdefault((qid, version), []).append(
-            ReplayItem(rid, qid, version, float(reward), float(value), revision, created)
-        )
-    selection = ReplaySelection()
-    eligible = []
-    for group in groups.values():  # dicts keep insertion order: oldest group first
-        if len(group) < min_group_size:
-            selection.skipped_small_groups += 1
-        else:
-            eligible.append(group)
-    cut = len(eligible) if max_groups is None else max_groups
-    selection.groups = eligible[:cut]
-    selection.remaining_groups = len(eligible) - len(selection.groups)
-    return selection
+    groups: dict[GroupKey, list[tuple[int, float, float, int]]] = {}
+    for rid, qid, version, reward, value, revision in session.execute(statement):
+        key = (qid, agent_id, version)
+        groups.setdefault(key, []).append((rid, float(reward), float(value), revision))
+    # dicts keep insertion order: oldest group first
+    eligible = [g for g in groups.values() if len(g) >= MIN_GROUP_SIZE]
+    chosen = eligible if max_groups is None else eligible[:max_groups]
+    trajectories = iter(load_trajectories(session, [rid for g in chosen for rid, *_ in g]))
+    return ReplayBatch(
+        groups=tuple(
+            tuple(
+                ScoredRollout(
+                    trajectory=(trajectory := next(trajectories)),
+                    reward=reward,
+                    outcome_value=value,
+                    outcome_revision=revision,
+                    staleness=current_version - trajectory.policy_version,
+                )
+                for _rid, reward, value, revision in group
+            )
+            for group in chosen
+        ),
+        skipped_small_groups=len(groups) - len(eligible),
+        remaining_groups=len(eligible) - len(chosen),
+    )
 
 
 def start_training_run(session: Session, run: TrainingRun) -> TrainingRun:
@@ -153,9 +153,10 @@ def record_train_steps(session: Session, steps: Sequence[TrainStep]) -> None:
 
 
 def record_consumption(
-    session: Session, run_id: int, agent_id: int, items: Sequence[ReplayItem]
+    session: Session, run_id: int, agent_id: int, rollouts: Sequence[ScoredRollout]
 ) -> None:
-    if not items:
+    """Mark the rollouts (under their outcome revisions) as trained on by this run."""
+    if not rollouts:
         return
     session.execute(
         insert(session, ReplayConsumptionRow)
@@ -164,11 +165,11 @@ def record_consumption(
                 {
                     "training_run_id": run_id,
                     "agent_id": agent_id,
-                    "rollout_id": i.rollout_id,
-                    "outcome_revision": i.outcome_revision,
+                    "rollout_id": r.trajectory.id,
+                    "outcome_revision": r.outcome_revision,
                     "provisional": False,
                 }
-                for i in items
+                for r in rollouts
             ]
         )
         .on_conflict_do_nothing()

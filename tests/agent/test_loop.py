@@ -6,10 +6,9 @@ from datetime import timedelta
 import pytest
 import torch
 
-from futureworld.agent.loop import AgentConfig, run_group
+from futureworld.agent.loop import run_group
 from futureworld.agent.prompts import BELIEF_PREFIX, encode_prompt
-from futureworld.domain import ParseStatus, StopReason, Trajectory
-from futureworld.policy.base import SamplingParams
+from futureworld.domain import GenerationSettings, ParseStatus, StopReason, Trajectory
 from futureworld.policy.local import LocalBackend
 from futureworld.policy.tiny import init_tiny_model
 from tests.agent.agent_doubles import (
@@ -21,7 +20,8 @@ from tests.agent.agent_doubles import (
     teach_actions,
 )
 
-PARAMS = SamplingParams(temperature=0.8, seed=17)
+TEMPERATURE = 0.8
+SEED = 17
 LATER = CUTOFF + timedelta(days=10)
 
 
@@ -32,17 +32,21 @@ def taught_backend(tmp_path_factory: pytest.TempPathFactory) -> LocalBackend:
     return backend
 
 
-def _run(backend, corpus=None, samples=2, config=AgentConfig(), **kw) -> list[Trajectory]:
+def _settings(**kw) -> GenerationSettings:
+    return GenerationSettings(temperature=TEMPERATURE, **kw)
+
+
+def _run(backend, corpus=None, samples=2, config=None, **kw) -> list[Trajectory]:
     return run_group(
         kw.pop("question", make_question()),
         backend,
         corpus or RecordingCorpus(make_articles()),
         samples=samples,
-        params=kw.pop("params", PARAMS),
+        seed=SEED,
         agent_id=3,
         policy_version=5,
         as_of=kw.pop("as_of", LATER),
-        config=config,
+        settings=config or _settings(),
     )
 
 
@@ -63,7 +67,7 @@ def _assert_mask_covers_exactly_the_assistant_turns(trajectory: Trajectory) -> N
 def test_real_tiny_model_rollouts_replay_to_their_behaviour_logprobs(
     taught_backend: LocalBackend,
 ):
-    trajectories = _run(taught_backend, samples=6, config=AgentConfig(max_new_tokens=24))
+    trajectories = _run(taught_backend, samples=6, config=_settings(max_new_tokens=24))
     assert any(any(t.role == "tool" for t in tr.turns) for tr in trajectories)
     for trajectory in trajectories:
         _assert_mask_covers_exactly_the_assistant_turns(trajectory)
@@ -71,17 +75,17 @@ def test_real_tiny_model_rollouts_replay_to_their_behaviour_logprobs(
         ids = torch.tensor([prompt + list(trajectory.completion_token_ids)])
         with torch.no_grad():
             logits = taught_backend.model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
-        logp = torch.log_softmax(logits.float() / PARAMS.temperature, dim=-1)
+        logp = torch.log_softmax(logits.float() / TEMPERATURE, dim=-1)
         replay = logp.gather(1, ids[0, len(prompt) :, None]).squeeze(1)
         mask = torch.tensor(trajectory.loss_mask, dtype=torch.bool)
         stored = torch.tensor(trajectory.behaviour_logprobs)
         assert torch.allclose(replay[mask], stored[mask], atol=1e-4)
-        assert trajectory.sampling["temperature"] == PARAMS.temperature
+        assert trajectory.sampling["temperature"] == TEMPERATURE
         assert trajectory.timings["generate_s"] > 0
 
 
 def test_untrained_tiny_model_runs_through_the_loop(tiny_backend: LocalBackend):
-    trajectories = _run(tiny_backend, samples=4, config=AgentConfig(max_new_tokens=16))
+    trajectories = _run(tiny_backend, samples=4, config=_settings(max_new_tokens=16))
     assert [t.sample_index for t in trajectories] == [0, 1, 2, 3]
     for trajectory in trajectories:
         assert trajectory.idempotency_key.startswith("q7-a3-v5-s")
@@ -131,7 +135,7 @@ def test_scripted_behaviour_ends_with_the_right_stop_reason(
     tiny_backend: LocalBackend, replies: list[str], stop_reason: StopReason, parse_status
 ):
     scripted = ScriptedBackend(tiny_backend.tokenizer, [replies])
-    trajectories = _run(scripted, samples=3, config=AgentConfig(max_turns=3))
+    trajectories = _run(scripted, samples=3, config=_settings(max_turns=3))
     for trajectory in trajectories:
         assert trajectory.stop_reason is stop_reason
         assert trajectory.parse_status is parse_status
@@ -156,7 +160,7 @@ def test_running_out_of_total_tokens_stops_with_max_tokens(tiny_backend: LocalBa
     prompt_len = len(
         encode_prompt(tiny_backend.tokenizer, make_question(), as_of=make_question().info_cutoff_at)
     )
-    config = AgentConfig(max_new_tokens=16, max_total_tokens=prompt_len + 60)
+    config = _settings(max_new_tokens=16, max_total_tokens=prompt_len + 60)
     trajectory = _run(scripted, samples=1, config=config)[0]
     assert trajectory.stop_reason is StopReason.MAX_TOKENS
     used = len(trajectory.prompt_token_ids) + len(trajectory.completion_token_ids)
@@ -165,7 +169,7 @@ def test_running_out_of_total_tokens_stops_with_max_tokens(tiny_backend: LocalBa
 
 def test_long_observations_are_cut_in_the_middle_with_a_marker(tiny_backend: LocalBackend):
     scripted = ScriptedBackend(tiny_backend.tokenizer, [["<open>4</open>"], ["\\boxed{0.4}"]])
-    trajectory = _run(scripted, samples=1, config=AgentConfig(max_observation_tokens=40))[0]
+    trajectory = _run(scripted, samples=1, config=_settings(max_observation_tokens=40))[0]
     tool = trajectory.turns[1]
     assert "tokens omitted" in tool.text and tool.text.rstrip().endswith("assistant")
     assert "Long bank report" in tool.text and tool.token_end - tool.token_start < 100
@@ -177,7 +181,7 @@ def test_search_never_sees_articles_after_the_questions_cutoff(tiny_backend: Loc
     scripted = ScriptedBackend(
         tiny_backend.tokenizer, [["<search>central bank raises rates</search>"], ["<open>3</open>"]]
     )
-    trajectory = _run(scripted, corpus, samples=1, config=AgentConfig(max_turns=3))[0]
+    trajectory = _run(scripted, corpus, samples=1, config=_settings(max_turns=3))[0]
     assert corpus.as_of_seen == [CUTOFF, CUTOFF]
     assert 3 not in trajectory.turns[1].tool_result_ids
     assert "raises rates by a quarter point" not in trajectory.turns[1].text
@@ -192,7 +196,7 @@ def test_beliefs_are_elicited_on_a_side_copy_after_each_tool_turn(tiny_backend: 
     scripted = ScriptedBackend(
         tokenizer, [["<search>rates</search>"], ["<probability>0.55</probability>"]]
     )
-    config = AgentConfig(elicit_beliefs=True)
+    config = _settings(elicit_beliefs=True)
     trajectories = _run(scripted, samples=2, config=config)
     belief_prefix = tokenizer.encode(BELIEF_PREFIX, add_special_tokens=False)
     assert len(scripted.belief_calls) == 1
@@ -208,6 +212,6 @@ def test_invalid_inputs_are_rejected_with_clear_errors(tiny_backend: LocalBacken
     with pytest.raises(ValueError, match="has no id"):
         _run(tiny_backend, question=make_question(id=None))
     with pytest.raises(ValueError, match="max_total_tokens"):
-        AgentConfig(max_new_tokens=100, max_total_tokens=50)
+        _settings(max_new_tokens=100, max_total_tokens=50)
     with pytest.raises(ValueError, match="prompt has"):
-        _run(tiny_backend, config=AgentConfig(max_new_tokens=8, max_total_tokens=20))
+        _run(tiny_backend, config=_settings(max_new_tokens=8, max_total_tokens=20))

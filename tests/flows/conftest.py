@@ -6,11 +6,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import Engine
+
+from flows.context import PipelineContext, build_context
+from flows.settings import Settings
+from futureworld.domain import GenerationSettings
 
 CUTOFF = datetime(2026, 5, 1, tzinfo=UTC)
-GENERATION = {"temperature": 1.0, "max_turns": 1, "max_new_tokens": 12, "max_total_tokens": 512}
+GENERATION = GenerationSettings(
+    temperature=1.0, max_turns=1, max_new_tokens=12, max_total_tokens=512
+)
+
+
+def make_context(
+    engine: Engine, data_dir: Path, *, as_of: datetime = CUTOFF, **settings: Any
+) -> PipelineContext:
+    """The run context the entrances build, on a test's engine and data folder."""
+    return build_context(Settings(data_dir=data_dir, **settings), engine, as_of=as_of)
 
 
 @pytest.fixture(scope="session")
@@ -29,10 +44,8 @@ def scored_tiny_agent() -> Callable[[str, Path], None]:
 
 def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
     """A local tiny-model agent with three completed, rewarded groups of three rollouts."""
-    from flows.runtime import runner_factory
-    from flows.settings import Settings
+    from flows.stages.backfilling import backfill_rewards
     from flows.stages.predicting import predict
-    from flows.stages.scoring import backfill_rewards
     from futureworld.domain import Agent, Outcome, OutcomeStatus, Question
     from futureworld.policy.tiny import init_tiny_model
     from storage.engine import make_engine, session_scope, upgrade_database
@@ -41,7 +54,7 @@ def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
 
     engine = make_engine(db_url)
     upgrade_database(engine)
-    settings = Settings(data_dir=data_dir, db_url=db_url)
+    ctx = make_context(engine, data_dir)
     model = init_tiny_model(data_dir / "tiny-model", seed=2)
     with session_scope(engine) as session:
         upsert_questions(
@@ -62,9 +75,7 @@ def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
             session,
             Agent(name="tiny", base_model=str(model), backend="local", generation=GENERATION),
         )
-    predict(
-        engine, "tiny", samples=3, as_of=CUTOFF, runner_factory=runner_factory(settings, engine)
-    )
+    predict(ctx, "tiny", samples=3)
     with session_scope(engine) as session:
         record_outcomes(
             session,
@@ -79,5 +90,5 @@ def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
                 for i, q in enumerate(list_questions(session))
             ],
         )
-    backfill_rewards(engine)
+    backfill_rewards(ctx)
     engine.dispose()

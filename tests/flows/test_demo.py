@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from flows.demo import DemoConfig, run_demo
+from flows.demo.run import DemoConfig, run_demo
 
 
 def test_ci_sized_demo_runs_the_whole_loop_and_learns(prefect_harness, tmp_path) -> None:

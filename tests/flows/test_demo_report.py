@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from flows.demo_report import LearningClaim, PanelScore, learning_claim
+from flows.demo.panel import PanelScore
+from flows.demo.report import LearningClaim, learning_claim
 
 LADDER = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
 

@@ -114,3 +114,14 @@ def test_bad_files_fail_clearly_and_write_nothing(engine, db_url: str, tmp_path)
         assert result.exit_code == 2, result.output
         assert needle in " ".join(result.output.split()), result.output
         assert counts(engine) == {"question": 0, "outcome": 0, "rollout": 0, "reward": 0}
+
+
+def test_built_in_baselines_forecast_on_a_fresh_database_without_agent_add(tmp_path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    cli("import", "forecastbench", str(QUESTIONS), "--db", db_url)
+    out = cli("predict", "--agent", "crowd", "--as-of", FREEZE, "--db", db_url)
+    assert "crowd v0:" in out and " 0 rollouts" not in out
+    listed = cli("agent", "list", "--db", db_url)
+    assert "crowd" in listed and "baseline" in listed
+    result = CliRunner().invoke(app, ["predict", "--agent", "nobody", "--db", db_url])
+    assert result.exit_code != 0 and isinstance(result.exception, LookupError)

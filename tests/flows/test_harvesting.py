@@ -8,14 +8,17 @@ from datetime import timedelta
 
 from sqlalchemy import func, select
 
+from flows.context import build_context
 from flows.settings import Settings
-from flows.stages.harvesting import harvest, resolve, resolve_manually
+from flows.stages.harvesting import harvest
+from flows.stages.resolving import ManualVerdict, resolve, resolve_manually
 from futureworld.domain import QuestionStatus
 from futureworld.world import SimClock, World, WorldConfig, serve_world
 from storage.engine import session_scope
 from storage.repositories.events import event_counts
 from storage.repositories.questions import list_questions
 from storage.tables import ArticleRow, OutcomeRow, QuestionRow
+from tests.flows.conftest import make_context
 
 
 def _count(engine, table) -> int:
@@ -34,28 +37,21 @@ def test_harvest_and_resolve_the_served_world_idempotently(engine, tmp_path) -> 
     world = World(WorldConfig(seed=3, questions_per_day=6, cancel_rate=0.2))
     clock = SimClock(world.day_start(2) + timedelta(hours=12))
     with serve_world(world, clock) as server:
-        settings = Settings(
-            data_dir=tmp_path,
+        settings = dict(
             manifold_base_url=server.manifold_base_url,
             polymarket_base_url=_dead_url(),
             http_max_retries=0,
             http_timeout_s=2,
         )
-        feeds = [server.feed_urls["all"]]
-        first = harvest(
-            engine,
-            settings,
-            sources=["manifold", "polymarket"],
-            feeds=feeds,
-            now=clock.now(),
-            run_key="day-2",
+        day2 = build_context(
+            Settings(data_dir=tmp_path, **settings), engine, as_of=clock.now(), run_key="day-2"
         )
+        feeds = [server.feed_urls["all"]]
+        first = harvest(day2, sources=["manifold", "polymarket"], feeds=feeds)
         assert first.questions_new == len(world.questions_posed_by(clock.now())) > 0
         assert first.articles_new > 0
         assert any(e.startswith("polymarket:") for e in first.errors)
-        again = harvest(
-            engine, settings, sources=["manifold"], feeds=feeds, now=clock.now(), run_key="day-2"
-        )
+        again = harvest(day2, sources=["manifold"], feeds=feeds)
         assert again.questions_new == 0 and again.articles_new == 0
         assert _count(engine, QuestionRow) == first.questions_new
         assert _count(engine, ArticleRow) == first.articles_new
@@ -64,11 +60,12 @@ def test_harvest_and_resolve_the_served_world_idempotently(engine, tmp_path) -> 
         assert sum(n for (stage, source, _), n in failures.items() if source == "polymarket") >= 1
 
         clock.advance(days=9)
-        report = resolve(engine, settings, now=clock.now(), run_key="day-11")
+        day11 = day2.at(clock.now(), run_key="day-11")
+        report = resolve(day11)
         assert report.checked == first.questions_new
         assert report.outcomes_recorded == report.checked
         assert report.annulled >= 1
-        assert resolve(engine, settings, now=clock.now(), run_key="day-11").outcomes_recorded == 0
+        assert resolve(day11).outcomes_recorded == 0
         assert _count(engine, OutcomeRow) == report.outcomes_recorded
 
     with session_scope(engine) as session:
@@ -79,7 +76,7 @@ def test_harvest_and_resolve_the_served_world_idempotently(engine, tmp_path) -> 
         expected = QuestionStatus.ANNULLED if truth.value is None else QuestionStatus.RESOLVED
         assert question.status is expected
     first_id = questions[0].id
-    manual = resolve_manually(engine, first_id, "annul", now=clock.now())
+    manual = resolve_manually(day11, first_id, ManualVerdict.ANNUL)
     assert manual is None or manual.revision == 2
 
 
@@ -123,10 +120,8 @@ def test_generated_questions_resolve_through_the_judge_or_wait_for_a_person(
     with session_scope(engine) as session:
         upsert_questions(session, questions)
         insert_articles(session, [news])
-    settings = Settings(data_dir=tmp_path)
     now = closed + timedelta(days=1)
-
-    waiting = resolve(engine, settings, now=now, run_key="judge")
+    waiting = resolve(make_context(engine, tmp_path, as_of=now))
     assert (waiting.checked, waiting.needs_manual, waiting.outcomes_recorded) == (2, 2, 0)
 
     def judge(prompt: str) -> str:
@@ -139,11 +134,12 @@ def test_generated_questions_resolve_through_the_judge_or_wait_for_a_person(
             )
         return json.dumps({"verdict": "unknown", "evidence": [], "confidence": 0.2})
 
-    report = resolve(engine, settings, now=now, run_key="judge", judge=judge)
+    scripted = build_context(Settings(data_dir=tmp_path), engine, as_of=now, judge=judge)
+    report = resolve(scripted)
     assert (report.outcomes_recorded, report.needs_manual) == (1, 1)
     with session_scope(engine) as session:
         [outcome] = latest_outcomes(session).values()
-        events = event_counts(session, "judge")
+        events = event_counts(session, scripted.run_key)
     assert outcome.value == 1.0
     assert outcome.raw["judge_verdict"] == "yes" and outcome.raw["confidence"] == 0.9
     assert outcome.raw["evidence_ids"]
@@ -157,7 +153,6 @@ def test_a_configured_judge_agent_reads_the_news_and_its_unusable_verdict_waits(
     usable verdict, so the question waits for a person and the verdict is kept as an event."""
     from datetime import UTC, datetime
 
-    from flows.runtime import configured_judge
     from futureworld.domain import Agent, Question
     from futureworld.policy.tiny import init_tiny_model
     from storage.repositories.agents import ensure_agent
@@ -180,11 +175,10 @@ def test_a_configured_judge_agent_reads_the_news_and_its_unusable_verdict_waits(
             ],
         )
         ensure_agent(session, Agent(name="judge", base_model=str(model), backend="local"))
-    settings = Settings(data_dir=tmp_path, judge_agent="judge")
-    judge = configured_judge(settings, engine)
-    assert judge is not None and isinstance(judge("Say yes."), str)
-    report = resolve(engine, settings, now=closed + timedelta(days=1), run_key="judge", judge=judge)
+    ctx = make_context(engine, tmp_path, as_of=closed + timedelta(days=1), judge_agent="judge")
+    assert ctx.judge is not None and isinstance(ctx.judge("Say yes."), str)
+    report = resolve(ctx)
     assert (report.checked, report.outcomes_recorded, report.needs_manual) == (1, 0, 1)
     with session_scope(engine) as session:
-        assert event_counts(session, "judge")[("resolve", "rss", "needs_manual")] == 1
-    assert configured_judge(Settings(data_dir=tmp_path), engine) is None
+        assert event_counts(session, ctx.run_key)[("resolve", "rss", "needs_manual")] == 1
+    assert make_context(engine, tmp_path).judge is None

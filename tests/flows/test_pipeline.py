@@ -14,10 +14,17 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from flows.artifacts import CYCLE_SUMMARY_KEY, RELIABILITY_KEY, SCORES_KEY, artifact_key
-from flows.orchestration_cli import DAILY_CRON, build_deployments, orchestration_app
-from flows.pipeline import FLOWS, daily_cycle_flow, evaluate_flow, run_key_for
-from flows.settings import parse_as_of
+from flows.cli.orchestration import orchestration_app
+from flows.context import run_key_for
+from flows.orchestration.artifacts import (
+    CYCLE_SUMMARY_KEY,
+    RELIABILITY_KEY,
+    SCORES_KEY,
+    artifact_key,
+)
+from flows.orchestration.deployments import build_deployments
+from flows.orchestration.pipeline import DAILY_TRAIN, FLOWS, daily_cycle_flow, evaluate_flow
+from flows.settings import DAILY_CRON, parse_as_of
 from futureworld.domain import Agent, Question
 from futureworld.world import SimClock, World, WorldConfig, serve_world
 from storage.engine import make_engine, session_scope, upgrade_database
@@ -26,6 +33,8 @@ from storage.repositories.questions import upsert_questions
 from storage.repositories.rollouts import count_rollouts
 from storage.tables import OutcomeRow, QuestionRow, RewardRow, RolloutRow
 from tests.flows.conftest import CUTOFF
+
+TRAIN = DAILY_TRAIN.model_copy(update={"min_groups": 3})
 
 
 def _dead_url() -> str:
@@ -168,7 +177,7 @@ def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
     as_of = (CUTOFF + timedelta(days=4)).isoformat()
     stages = {
         s.stage: s
-        for s in daily_cycle_flow(as_of=as_of, db_url=db_url, feeds=[], samples=2, min_groups=3)
+        for s in daily_cycle_flow(as_of=as_of, db_url=db_url, feeds=[], samples=2, train=TRAIN)
     }
     assert stages["train tiny"].counts["to_version"] == 1
     assert stages["predict tiny"].counts == {"policy_version": 1, "questions": 1, "rollouts": 2}
@@ -180,7 +189,7 @@ def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
     # The same day again: nothing left to train on, nothing left to forecast.
     again = {
         s.stage: s
-        for s in daily_cycle_flow(as_of=as_of, db_url=db_url, feeds=[], samples=2, min_groups=3)
+        for s in daily_cycle_flow(as_of=as_of, db_url=db_url, feeds=[], samples=2, train=TRAIN)
     }
     assert again["train tiny"].note.startswith("fewer than 3")
     assert again["predict tiny"].counts["rollouts"] == 0

@@ -15,19 +15,21 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from flows.runtime import runner_factory
-from flows.settings import Settings
 from flows.stages.predicting import predict
-from futureworld.domain import Agent, Question
+from futureworld.domain import Agent, GenerationSettings, Question
 from futureworld.policy.tiny import init_tiny_model
 from storage.engine import make_engine, session_scope
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import upsert_questions
 from storage.repositories.rollouts import rollouts_for
 from storage.tables import PredictionClaimRow, RolloutRow
+from tests.flows.conftest import make_context
 
 CUTOFF = datetime(2026, 5, 1, tzinfo=UTC)
-GENERATION = {"temperature": 1.0, "max_turns": 2, "max_new_tokens": 24, "max_total_tokens": 1024}
+"""The same instant as tests.flows.conftest.CUTOFF, the contexts' default as-of."""
+GENERATION = GenerationSettings(
+    temperature=1.0, max_turns=2, max_new_tokens=24, max_total_tokens=1024
+)
 SAMPLES = 2
 
 
@@ -96,12 +98,12 @@ def _predict_process(db_url: str, data_dir: Path) -> subprocess.Popen:
 
 def test_llm_predict_persists_token_faithful_rollouts_once(engine, tiny_model, tmp_path) -> None:
     _setup(engine, tiny_model, n_questions=3)
-    factory = runner_factory(Settings(data_dir=tmp_path), engine)
-    first = predict(engine, "tiny", samples=SAMPLES, as_of=CUTOFF, limit=2, runner_factory=factory)
+    ctx = make_context(engine, tmp_path)
+    first = predict(ctx, "tiny", samples=SAMPLES, limit=2)
     assert (first.questions, first.rollouts) == (2, 2 * SAMPLES)
-    rest = predict(engine, "tiny", samples=SAMPLES, as_of=CUTOFF, runner_factory=factory)
+    rest = predict(ctx, "tiny", samples=SAMPLES)
     assert (rest.questions, rest.rollouts) == (1, SAMPLES)
-    again = predict(engine, "tiny", samples=SAMPLES, as_of=CUTOFF, runner_factory=factory)
+    again = predict(ctx, "tiny", samples=SAMPLES)
     assert again.rollouts == 0
     with session_scope(engine) as session:
         trajectories = rollouts_for(session)
@@ -132,13 +134,7 @@ def test_predict_killed_midway_then_rerun_creates_no_duplicates(
     process.wait()
     partial = _count(engine)
     assert 0 < partial < n_questions * SAMPLES
-    rerun = predict(
-        engine,
-        "tiny",
-        samples=SAMPLES,
-        as_of=CUTOFF,
-        runner_factory=runner_factory(Settings(data_dir=tmp_path), engine),
-    )
+    rerun = predict(make_context(engine, tmp_path), "tiny", samples=SAMPLES)
     assert rerun.rollouts == n_questions * SAMPLES - partial
     assert _count(engine) == n_questions * SAMPLES
     assert _duplicates(engine) == 0

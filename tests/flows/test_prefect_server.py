@@ -111,7 +111,7 @@ def test_deployments_run_on_a_real_server_with_a_process_worker(
             "-p",
             f"db_url={db_url}",
             "-p",
-            "max_groups=3",
+            'train={"max_groups": 3, "learning_rate": 1e-3}',
             "--watch",
             "--watch-timeout",
             "150",

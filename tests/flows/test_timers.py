@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED
 
+from flows.context import build_context
 from flows.settings import Settings
 from flows.stages.harvesting import harvest
 from flows.timers import (
@@ -96,8 +97,8 @@ def test_a_missed_check_runs_on_start_and_records_the_outcome(
         monkeypatch.setenv("FW_MANIFOLD_BASE_URL", server.manifold_base_url)
         monkeypatch.setenv("FW_HTTP_MAX_RETRIES", "0")
         monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
-        settings = Settings()
-        harvest(engine, settings, sources=["manifold"], feeds=[], now=clock.now(), run_key="d1")
+        ctx = build_context(Settings(), engine, as_of=clock.now(), run_key="d1")
+        harvest(ctx, sources=["manifold"], feeds=[])
         with session_scope(engine) as session:
             target, *others = list_questions(session)
         clock.advance(days=9)  # the served world now knows every outcome

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,10 +16,8 @@ from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.runtime import runner_factory
-from flows.settings import Settings
 from flows.stages.predicting import predict
-from flows.stages.training import replay_and_train, supervised_finetune
+from flows.stages.training import TrainOptions, replay_and_train, supervised_finetune
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
 from futureworld.domain import Agent
 from futureworld.policy.tiny import init_tiny_model
@@ -29,10 +26,9 @@ from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent, get_agent, latest_policy_version
 from storage.repositories.training import train_steps
 from storage.tables import ReplayConsumptionRow, TrainingRunRow
+from tests.flows.conftest import CUTOFF, GENERATION, make_context
 
-CUTOFF = datetime(2026, 5, 1, tzinfo=UTC)
-GENERATION = {"temperature": 1.0, "max_turns": 1, "max_new_tokens": 12, "max_total_tokens": 512}
-FAST = {"learning_rate": 1e-3}
+FAST = TrainOptions(learning_rate=1e-3)
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +44,9 @@ def _count(engine, table) -> int:
 def test_replay_and_train_registers_a_new_version_exactly_once(
     engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
-    settings = Settings(data_dir=tmp_path)
+    ctx = make_context(engine, tmp_path)
     scored_tiny_agent(db_url, tmp_path)
-    report = replay_and_train(engine, settings, "tiny", config_overrides=FAST)
+    report = replay_and_train(ctx, "tiny", FAST)
     assert report is not None
     assert (report.from_version, report.to_version, report.groups, report.rollouts) == (0, 1, 3, 9)
     assert all(math.isfinite(step["loss"]) for step in report.steps)
@@ -63,14 +59,14 @@ def test_replay_and_train_registers_a_new_version_exactly_once(
     assert "kl_behaviour" in steps[0].metrics or "clip_fraction" in steps[0].metrics
     assert _count(engine, ReplayConsumptionRow) == 9
 
-    assert replay_and_train(engine, settings, "tiny", config_overrides=FAST) is None
-    again = replay_and_train(engine, settings, "tiny", reuse=True, config_overrides=FAST)
+    assert replay_and_train(ctx, "tiny", FAST) is None
+    again = replay_and_train(ctx, "tiny", FAST.model_copy(update={"reuse": True}))
     assert again is not None and again.to_version == 2
     # Stale data (v0 rollouts trained into v2) is corrected, not dropped.
     assert again.rollouts == 9
     # v2 continues v1's AdamW moments (v1 is an RL update); a fresh optimizer can be asked for
     third = replay_and_train(
-        engine, settings, "tiny", reuse=True, config_overrides=FAST, fresh_optimizer=True
+        ctx, "tiny", FAST.model_copy(update={"reuse": True, "fresh_optimizer": True})
     )
     assert third is not None and third.to_version == 3
     with session_scope(engine) as session:
@@ -82,9 +78,7 @@ def test_replay_and_train_registers_a_new_version_exactly_once(
     first_steps = len(report.steps)
     assert {int(v["step"]) for v in optimizer["state"].values()} == {first_steps + len(again.steps)}
 
-    new = predict(
-        engine, "tiny", samples=2, as_of=CUTOFF, runner_factory=runner_factory(settings, engine)
-    )
+    new = predict(ctx, "tiny", samples=2)
     assert new.policy_version == 3
     assert new.questions == 0  # all questions are resolved by now: nothing open to forecast
 
@@ -92,19 +86,18 @@ def test_replay_and_train_registers_a_new_version_exactly_once(
 def test_an_rl_update_after_sft_starts_a_fresh_optimizer(
     engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
-    settings = Settings(data_dir=tmp_path)
+    ctx = make_context(engine, tmp_path)
     scored_tiny_agent(db_url, tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tiny-model", local_files_only=True)
     demo = Demonstration(prompt="Will it rain?", completion="<probability>0.20</probability>")
     sft = supervised_finetune(
-        engine,
-        settings,
+        ctx,
         "tiny",
         [demonstration_trajectory(tokenizer, demo, agent_id=0, policy_version=0, sample_index=0)],
-        config_overrides=FAST,
+        FAST,
     )
     assert sft.to_version == 1
-    report = replay_and_train(engine, settings, "tiny", config_overrides=FAST)
+    report = replay_and_train(ctx, "tiny", FAST)
     assert report is not None and report.to_version == 2
     with session_scope(engine) as session:
         run = session.scalars(select(TrainingRunRow).where(TrainingRunRow.to_version == 2)).one()
@@ -114,7 +107,7 @@ def test_an_rl_update_after_sft_starts_a_fresh_optimizer(
 def test_crash_while_checkpointing_registers_no_version(
     engine, db_url: str, scored_tiny_agent, tmp_path, monkeypatch
 ) -> None:
-    settings = Settings(data_dir=tmp_path)
+    ctx = make_context(engine, tmp_path)
     scored_tiny_agent(db_url, tmp_path)
     real_replace = os.replace
 
@@ -123,7 +116,7 @@ def test_crash_while_checkpointing_registers_no_version(
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="disk full"):
-        replay_and_train(engine, settings, "tiny", config_overrides=FAST)
+        replay_and_train(ctx, "tiny", FAST)
     monkeypatch.setattr(os, "replace", real_replace)
     with session_scope(engine) as session:
         assert latest_policy_version(session, get_agent(session, "tiny").id).version == 0
@@ -131,7 +124,7 @@ def test_crash_while_checkpointing_registers_no_version(
     assert statuses == ["failed"]
     assert _count(engine, ReplayConsumptionRow) == 0
     assert not (tmp_path / "checkpoints" / "tiny" / "v1").exists()
-    report = replay_and_train(engine, settings, "tiny", config_overrides=FAST)
+    report = replay_and_train(ctx, "tiny", FAST)
     assert report is not None and report.to_version == 1
 
 

@@ -10,8 +10,13 @@ from futureworld.policy.local import LocalBackend
 from tests.policy.completions_server import ServerState, serve_completions
 
 
-def test_every_backend_kind_has_a_loader():
-    assert set(BACKEND_LOADERS) == set(BackendKind)
+def test_every_generating_backend_kind_has_a_loader():
+    assert set(BACKEND_LOADERS) == {kind for kind in BackendKind if kind.generates}
+
+
+def test_a_baseline_has_no_generation_backend(tiny_model_dir: Path):
+    with pytest.raises(ValueError, match="no generation backend"):
+        BackendSpec(kind=BackendKind.BASELINE, model_dir=tiny_model_dir)
 
 
 def test_local_spec_loads_a_local_backend(tiny_model_dir: Path):

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from futureworld.agent.loop import AgentConfig, run_group
+from futureworld.agent.loop import run_group
+from futureworld.domain import GenerationSettings
 from futureworld.policy.base import PolicyBackend, SamplingParams
 from futureworld.policy.local import LocalBackend
 from futureworld.policy.openai_http import BackendError, OpenAIHttpBackend
@@ -123,17 +124,17 @@ def test_agent_loop_runs_over_http_with_faithful_logprobs(
     tiny_backend: LocalBackend, tiny_model_dir: Path
 ):
     state = ServerState(backend=tiny_backend)
-    params = SamplingParams(temperature=0.9, seed=3)
+    settings = GenerationSettings(temperature=0.9, max_new_tokens=12)
     with serve_completions(state) as url:
         trajectories = run_group(
             make_question(),
             _client(url, tiny_model_dir),
             RecordingCorpus(make_articles()),
             samples=3,
-            params=params,
+            seed=3,
             agent_id=1,
             policy_version=2,
-            config=AgentConfig(max_new_tokens=12),
+            settings=settings,
         )
     assert len(trajectories) == 3
     for trajectory in trajectories:
@@ -141,7 +142,7 @@ def test_agent_loop_runs_over_http_with_faithful_logprobs(
         ids = torch.tensor([prompt + list(trajectory.completion_token_ids)])
         with torch.no_grad():
             logits = tiny_backend.model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
-        replay = torch.log_softmax(logits / params.temperature, -1).gather(
+        replay = torch.log_softmax(logits / settings.temperature, -1).gather(
             1, ids[0, len(prompt) :, None]
         )
         mask = torch.tensor(trajectory.loss_mask, dtype=torch.bool)

@@ -1,7 +1,7 @@
 """Orchestration commands: `serve` (one machine: the Prefect deployments and the resolution
 timers in one process), `cycle` (one daily cycle, ephemeral Prefect when no server is
 configured) and `timers` (the resolution scheduler in the foreground). Mounted into the main
-CLI by flows.cli; the flows themselves live in flows.pipeline."""
+CLI by flows.cli; the flows live in flows.orchestration, the timers in flows.timers."""
 
 from __future__ import annotations
 
@@ -9,37 +9,13 @@ from typing import Annotated, Any
 
 import typer
 
-from flows.cli_options import DbOption, console, open_engine
-from flows.settings import Settings
+from flows.cli.common import AsOfOption, DbOption, console
+from flows.context import open_engine
+from flows.settings import DAILY_CRON, Settings
 
 orchestration_app = typer.Typer(
     no_args_is_help=True, help="Run the Prefect flows and the resolution timers."
 )
-DAILY_CRON = "0 6 * * *"
-"""The daily cycle's default schedule (UTC), as in prefect.yaml."""
-
-
-def build_deployments(db_url: str | None, cron: str = DAILY_CRON) -> list[Any]:
-    """The deployments `serve` runs: the daily cycle on its cron schedule (UTC); every other
-    flow on demand, with its parameters filled in from the UI or `prefect deployment run`."""
-    from prefect.schedules import Cron
-
-    from flows.pipeline import FLOWS
-
-    params = {"db_url": db_url} if db_url else {}
-    deployments = []
-    for name, flow in FLOWS.items():
-        schedule = Cron(cron, timezone="UTC") if name == "daily-cycle" else None
-        deployments.append(
-            flow.to_deployment(
-                name=name,
-                schedule=schedule,
-                parameters=params,
-                tags=["futureworld"],
-                description=flow.description,
-            )
-        )
-    return deployments
 
 
 @orchestration_app.command("serve")
@@ -55,6 +31,8 @@ def serve_command(
     triggers: `prefect deployment run 'replay-and-train/replay-and-train' -p agent=NAME`)."""
     from prefect import serve
 
+    from flows.orchestration.deployments import build_deployments
+
     scheduler = _start_timers(db) if timers else None
     try:
         serve(*build_deployments(db, cron), limit=limit)
@@ -65,9 +43,7 @@ def serve_command(
 
 @orchestration_app.command("cycle")
 def cycle_command(
-    as_of: Annotated[
-        str | None, typer.Option("--as-of", help="Date or ISO datetime; default now.")
-    ] = None,
+    as_of: AsOfOption = None,
     source: Annotated[
         list[str] | None, typer.Option("--source", help="Question source (repeatable).")
     ] = None,
@@ -80,7 +56,7 @@ def cycle_command(
     db: DbOption = None,
 ) -> None:
     """Run the daily cycle once (harvest → resolve → backfill → train → predict → evaluate)."""
-    from flows.pipeline import daily_cycle_flow
+    from flows.orchestration.pipeline import DAILY_TRAIN, daily_cycle_flow
 
     state = daily_cycle_flow(
         as_of=as_of,
@@ -89,7 +65,7 @@ def cycle_command(
         feeds=feed,
         samples=samples,
         limit=limit,
-        min_groups=min_groups,
+        train=DAILY_TRAIN.model_copy(update={"min_groups": min_groups}),
         return_state=True,
     )
     stages = state.result(raise_on_failure=False)
@@ -110,7 +86,7 @@ def timers_command(db: DbOption = None) -> None:
     from flows.timers import make_scheduler, start_timers
 
     settings = Settings().with_db(db)
-    engine = open_engine(db)
+    engine = open_engine(settings)
     scheduler = make_scheduler(settings.database_url, blocking=True)
     console.print("resolution timers running (Ctrl-C to stop)")
     try:
@@ -125,7 +101,7 @@ def _start_timers(db: str | None) -> Any:
     from flows.timers import make_scheduler, start_timers
 
     settings = Settings().with_db(db)
-    engine = open_engine(db)
+    engine = open_engine(settings)
     scheduler = make_scheduler(settings.database_url)
     start_timers(scheduler, engine, settings.database_url)
     return scheduler

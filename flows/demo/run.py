@@ -22,29 +22,37 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from flows.demo_report import (
-    LearningClaim,
+from flows.context import PipelineContext, build_context, open_engine
+from flows.demo.panel import (
+    CYCLE_HOUR,
+    PANEL_QUESTIONS_PER_DAY,
     PanelScore,
+    build_panel,
+    score_panel,
+    warm_start_questions,
+    warm_start_trajectories,
+)
+from flows.demo.report import (
+    LearningClaim,
     RoundMetrics,
     learning_claim,
     round_metrics,
     write_report,
 )
 from flows.settings import Settings
+from flows.stages.training import TrainOptions
+from futureworld.domain import Agent, BackendKind, GenerationSettings
+from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator
+from storage.engine import session_scope
+from storage.repositories.agents import ensure_agent
 
 LEARNER = "forecaster"
 CROWD = "crowd"
-PANEL_DAY = 10_000
-"""The first world day the evaluation panel is drawn from: far from any day the demo reaches."""
-PANEL_QUESTIONS_PER_DAY = 250
-"""The panel world poses this many questions a day; a larger panel spans several days."""
-CYCLE_HOUR = 12
-"""The daily cycle runs at noon (simulated UTC), after the day's questions are posed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +85,7 @@ class DemoConfig:
     rl_learning_rate: float = 1e-3
     rl_rollouts_per_step: int = 40
     """Rollouts per optimiser step (gradient accumulation over one-rollout rows)."""
-    estimator: str = "dr_grpo"
+    estimator: Estimator = DEFAULT_ESTIMATOR
     min_groups: int = 4
     """Train in a round only when at least this many completed groups are waiting."""
     temperature: float = 1.0
@@ -85,10 +93,45 @@ class DemoConfig:
     layers: int = 2
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "estimator", Estimator(self.estimator))
         if self.rounds < 2:
             raise ValueError(f"the demo needs at least 2 rounds to compare, got {self.rounds}")
         if self.questions_per_day < 1 or self.samples < 2 or self.panel_questions < 1:
             raise ValueError("questions_per_day and panel_questions must be >= 1, samples >= 2")
+
+    @property
+    def generation(self) -> GenerationSettings:
+        """The learner's sampling: one brief turn, a short answer."""
+        return GenerationSettings(
+            temperature=self.temperature,
+            max_turns=1,
+            max_new_tokens=12,
+            max_total_tokens=1024,
+            brief_prompt=True,
+            seed=self.seed,
+        )
+
+    @property
+    def warm_start(self) -> TrainOptions:
+        return TrainOptions(
+            estimator=Estimator.SFT,
+            learning_rate=self.sft_learning_rate,
+            ppo_epochs=self.sft_epochs,
+            micro_batch_tokens=1,
+            grad_accum_steps=4,
+        )
+
+    @property
+    def update(self) -> TrainOptions:
+        """Each round's RL update: one rollout a packed row, `rl_rollouts_per_step` rows a step."""
+        return TrainOptions(
+            estimator=self.estimator,
+            learning_rate=self.rl_learning_rate,
+            micro_batch_tokens=1,
+            grad_accum_steps=self.rl_rollouts_per_step,
+            temperature=self.temperature,
+            min_groups=self.min_groups,
+        )
 
 
 @dataclass(frozen=True)
@@ -108,14 +151,12 @@ Progress = Callable[[str, int, int], None]
 
 
 def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult:
-    from flows.pipeline import daily_cycle_flow, resolve_and_backfill_flow
+    from flows.orchestration.pipeline import daily_cycle_flow, resolve_and_backfill_flow
+    from flows.stages.training import supervised_finetune
     from futureworld.agent.demonstrations import answer_text
     from futureworld.agent.prompts import SYSTEM_PROMPT
-    from futureworld.domain import Agent
     from futureworld.policy.tiny import init_tiny_model
-    from futureworld.world import SimClock, World, WorldConfig, serve_world, sft_examples
-    from storage.engine import make_engine, session_scope, upgrade_database
-    from storage.repositories.agents import ensure_agent
+    from futureworld.world import SimClock, World, WorldConfig, serve_world
 
     report = progress or (lambda _step, _done, _total: None)
     total = config.rounds + 3
@@ -144,17 +185,14 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     warm_world = World(
         WorldConfig(seed=config.seed + 10_000, questions_per_day=config.sft_questions_per_day)
     )
-    examples = [
-        replace(e, question=_as_harvested(warm_world, e.question.external_id))
-        for e in sft_examples(
-            warm_world,
-            config.sft_days,
-            sharpening=config.sft_sharpening,
-            noise_logit=config.sft_noise_logit,
-        )
-    ]
+    examples = warm_start_questions(
+        warm_world,
+        config.sft_days,
+        sharpening=config.sft_sharpening,
+        noise_logit=config.sft_noise_logit,
+    )
     # The tokenizer also learns the prompt and the answer strings themselves.
-    texts = [SYSTEM_PROMPT, *(f"{e.question.title} {e.question.background}" for e in examples)]
+    texts = [SYSTEM_PROMPT, *(f"{q.title} {q.background}" for q, _ in examples)]
     texts += [answer_text(k / 100) for k in range(101)]
     model_dir = init_tiny_model(
         state / "base-model",
@@ -164,32 +202,26 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         extra_texts=texts,
     )
     settings = Settings(data_dir=state, db_url=f"sqlite:///{state / 'futureworld.db'}")
-    engine = make_engine(settings.database_url)
-    upgrade_database(engine)
-    generation = {
-        "temperature": config.temperature,
-        "max_turns": 1,
-        "max_new_tokens": 12,
-        "max_total_tokens": 1024,
-        "brief_prompt": True,
-        "seed": config.seed,
-    }
+    engine = open_engine(settings)
+    ctx = build_context(settings, engine, as_of=clock.now())
     with session_scope(engine) as session:
-        ensure_agent(
+        learner = ensure_agent(
             session,
-            Agent(name=LEARNER, base_model=str(model_dir), backend="local", generation=generation),
+            Agent(
+                name=LEARNER,
+                base_model=str(model_dir),
+                backend=BackendKind.LOCAL,
+                generation=config.generation,
+            ),
         )
-        ensure_agent(session, Agent(name=CROWD, base_model="crowd", backend="baseline"))
-    _warm_start(engine, settings, model_dir, examples, config)
+        ensure_agent(session, Agent(name=CROWD, base_model=CROWD, backend=BackendKind.BASELINE))
+    tokenizer = ctx.tokenizer(learner, ctx.current_version(learner))
+    supervised_finetune(
+        ctx, LEARNER, warm_start_trajectories(tokenizer, examples), config.warm_start
+    )
 
-    panel = _panel(panel_world, config.panel_questions)
+    panel = build_panel(panel_world, config.panel_questions)
     panels: list[PanelScore] = []
-    overrides = {
-        "learning_rate": config.rl_learning_rate,
-        "micro_batch_tokens": 1,
-        "grad_accum_steps": config.rl_rollouts_per_step,
-        "temperature": config.temperature,
-    }
     with serve_world(world, clock) as server, _flow_environment(settings, server):
         for r in range(config.rounds):
             report(f"round {r}: daily cycle on {clock.now().date()}", 1 + r, total)
@@ -199,11 +231,9 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
                 sources=["manifold"],
                 feeds=[server.feed_urls["all"]],
                 samples=config.samples,
-                estimator=config.estimator,
-                min_groups=config.min_groups,
-                train_overrides=overrides,
+                train=config.update,
             )
-            panels.append(_score_panel(engine, settings, panel, r, config))
+            panels.append(_score_panel(ctx, panel, r, config))
             clock.advance(days=1)
         report("final resolution and the report", 1 + config.rounds, total)
         clock.advance(days=config.max_horizon_days + 1)
@@ -214,7 +244,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     def round_of(at: datetime) -> int:
         return (at.date() - start_day).days
 
-    metrics = round_metrics(engine, LEARNER, panels, round_of=round_of)
+    metrics = round_metrics(ctx, LEARNER, panels, round_of=round_of)
     header = (
         f"# FutureWorld demo\n\nseed {config.seed}; {config.rounds} rounds; "
         f"{config.questions_per_day} questions/day, G = {config.samples}, horizons 1–"
@@ -230,139 +260,18 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     return DemoResult(rounds=metrics, report=path, out_dir=out_dir, claim=claim)
 
 
-def _warm_start(engine, settings, model_dir, examples, config) -> None:
-    from transformers import AutoTokenizer
-
-    from flows.stages.training import supervised_finetune
-    from futureworld.agent.demonstrations import (
-        Demonstration,
-        answer_text,
-        demonstration_trajectory,
-    )
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    trajectories = [
-        demonstration_trajectory(
-            tokenizer,
-            Demonstration(question=e.question, completion=answer_text(e.target_p_yes)),
-            agent_id=0,
-            policy_version=0,
-            sample_index=i,
-            brief=True,
-        )
-        for i, e in enumerate(examples)
-    ]
-    supervised_finetune(
-        engine,
-        settings,
-        LEARNER,
-        trajectories,
-        config_overrides={
-            "learning_rate": config.sft_learning_rate,
-            "ppo_epochs": config.sft_epochs,
-            "micro_batch_tokens": 1,
-            "grad_accum_steps": 4,
-        },
-    )
-
-
-def _as_harvested(world, external_id: str):
-    """The question exactly as the demo's harvest sees it: the world's Manifold market parsed
-    by the Manifold adapter at the cycle's hour of its day (same prompt, same as-of)."""
-    from futureworld.sources.manifold import market_to_question
-    from futureworld.world.payloads import lite_market
-
-    sim = world.question(external_id)
-    at = world.day_start(sim.day) + timedelta(hours=CYCLE_HOUR)
-    return market_to_question(lite_market(sim, None, now=at, base_url="http://world"), now=at)
-
-
-def _panel(world, n: int) -> list[tuple]:
-    """(question with a placeholder id, outcome, true p) of the held-out panel: the first `n`
-    questions posed from PANEL_DAY on."""
-    out: list[tuple] = []
-    day = PANEL_DAY
-    while len(out) < n:
-        far = world.day_start(day + 30)
-        for sim in world.questions_posed_on(day)[: n - len(out)]:
-            resolution = world.resolution_as_of(sim.external_id, far)
-            question = replace(_as_harvested(world, sim.external_id), id=-(len(out) + 1))
-            out.append((question, resolution.value, sim.p_yes))
-        day += 1
-    return out
-
-
-PANEL_BATCH = 250
-"""Panel prompts sampled together in one batched generate call."""
-
-
-def _score_panel(engine, settings, panel, round_no, config) -> PanelScore:
-    """The round's newest policy forecasts the panel (in memory: never stored, never trained).
-
-    The panel is answered in one turn, as the demo's agent answers (max_turns 1, brief
-    prompt), but across questions in batches of PANEL_BATCH prompts rather than one agent
-    loop per question: the same prompts, sampler and answer parsing, many times faster.
-    """
-    from flows.runtime import backend_spec, generation_settings
-    from futureworld.agent.parsing import (
-        ACTION_STOP_STRINGS,
-        ActionKind,
-        parse_action,
-        parse_number,
-    )
-    from futureworld.agent.prompts import encode_prompt
-    from futureworld.domain import ParseStatus
-    from futureworld.policy.loading import load_backend
-    from storage.engine import session_scope
-    from storage.repositories.agents import get_agent, latest_policy_version
-
-    with session_scope(engine) as session:
-        agent = get_agent(session, LEARNER)
-        version = latest_policy_version(session, agent.id)
-    backend = load_backend(backend_spec(settings, agent, version))
-    loop_config, sampling = generation_settings(agent.generation)
-    if loop_config.max_turns != 1:
-        raise ValueError(f"the demo panel is answered in one turn, not {loop_config.max_turns}")
-    tokenizer = backend.tokenizer
-    asked = [
-        (n, question, outcome, p_true)
-        for n, (question, outcome, p_true) in enumerate(panel)
-        for _ in range(config.panel_samples)
-    ]
-    p, y, truth, index, unparsed = [], [], [], [], 0
-    for start in range(0, len(asked), PANEL_BATCH):
-        chunk = asked[start : start + PANEL_BATCH]
-        prompts = [
-            encode_prompt(tokenizer, q, as_of=q.info_cutoff_at, brief=loop_config.brief_prompt)
-            for _, q, _, _ in chunk
-        ]
-        params = replace(
-            sampling,
-            max_new_tokens=loop_config.max_new_tokens,
-            stop=ACTION_STOP_STRINGS,
-            seed=config.seed * 7919 + start,
-        )
-        for (n, _, outcome, p_true), generation in zip(
-            chunk, backend.generate(prompts, params), strict=True
-        ):
-            text = tokenizer.decode(generation.token_ids, skip_special_tokens=True)
-            action = parse_action(text)
-            p_yes, status = parse_number(action.argument)
-            if action.kind is not ActionKind.ANSWER or status is not ParseStatus.OK:
-                unparsed += 1
-                continue
-            p.append(p_yes)
-            y.append(outcome)
-            truth.append(p_true)
-            index.append(n)
-    return PanelScore(
-        round=round_no,
+def _score_panel(ctx: PipelineContext, panel, round_no: int, config: DemoConfig) -> PanelScore:
+    """The round's newest policy forecasts the held-out panel."""
+    learner = ctx.agent(LEARNER)
+    version = ctx.current_version(learner)
+    return score_panel(
+        ctx.backend(learner, version),
+        learner.generation,
+        panel,
+        round_no=round_no,
         policy_version=version.version,
-        p_yes=tuple(p),
-        y=tuple(y),
-        p_true=tuple(truth),
-        question=tuple(index),
-        unparsed=unparsed,
+        samples=config.panel_samples,
+        seed=config.seed,
     )
 
 

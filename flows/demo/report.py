@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import Engine
-
-from futureworld.domain import OutcomeStatus
+from flows.context import PipelineContext
+from flows.demo.panel import PanelScore
+from flows.stages.evaluating import forecast_records
 from futureworld.evaluation import plot_metric_by_round, plot_reliability
 from futureworld.scoring import (
     PairedDifference,
@@ -36,34 +36,9 @@ from futureworld.scoring import (
     paired_bootstrap_difference,
 )
 from storage.engine import session_scope
-from storage.repositories.agents import get_agent
-from storage.repositories.questions import latest_outcomes
-from storage.repositories.rollouts import forecasts_of
 from storage.repositories.training import train_steps_by_version
 
 NAN = float("nan")
-
-
-@dataclass(frozen=True)
-class PanelScore:
-    """One round's forecasts of the evaluation panel: p, outcome and true p per forecast."""
-
-    round: int
-    policy_version: int
-    p_yes: tuple[float, ...]
-    y: tuple[float, ...]
-    p_true: tuple[float, ...]
-    question: tuple[int, ...]
-    """Index of the panel question each forecast is of (several samples per question)."""
-    unparsed: int
-
-    @property
-    def parse_rate(self) -> float:
-        return len(self.p_yes) / (len(self.p_yes) + self.unparsed)
-
-    def rows(self) -> list[tuple[int, float, float]]:
-        """(question, p, y) per forecast, as `paired_bootstrap_difference` takes them."""
-        return list(zip(self.question, self.p_yes, self.y, strict=True))
 
 
 @dataclass(frozen=True)
@@ -131,24 +106,19 @@ def learning_claim(panels: Sequence[PanelScore], n_resamples: int = 1000) -> Lea
 
 
 def round_metrics(
-    engine: Engine,
+    ctx: PipelineContext,
     agent: str,
     panels: Sequence[PanelScore],
     *,
     round_of: Callable[[datetime], int],
 ) -> list[RoundMetrics]:
-    with session_scope(engine) as session:
-        agent_id = get_agent(session, agent).id
-        outcomes = latest_outcomes(session)
-        forecasts = forecasts_of(session, agent_id)
-        staleness = train_steps_by_version(session, agent_id)
+    learner = ctx.agent(agent)
+    with session_scope(ctx.engine) as session:
+        staleness = train_steps_by_version(session, learner.id)
     live: dict[int, list[tuple[float, float]]] = {}
-    for t in forecasts:
-        outcome = outcomes.get(t.question_id)
-        if t.p_yes is None or t.as_of is None or outcome is None:
-            continue
-        if outcome.status is OutcomeStatus.RESOLVED:
-            live.setdefault(round_of(t.as_of), []).append((t.p_yes, float(outcome.value)))
+    for record in forecast_records(ctx, [agent]):
+        if record.as_of is not None:
+            live.setdefault(round_of(record.as_of), []).append((record.p_yes, record.y))
     result = []
     for panel in panels:
         p, y = list(panel.p_yes), list(panel.y)

@@ -1,4 +1,4 @@
-"""Backfill rewards when outcomes arrive, and evaluate forecasts against outcomes.
+"""Backfill rewards when outcomes arrive.
 
 Backfill is exactly once per (rollout, reward function, outcome revision): pending work is
 found by what is missing, and inserts ignore what already exists. An annulled outcome voids
@@ -7,24 +7,19 @@ the question's earlier rewards (kept for audit, excluded from training and evalu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
-
-from futureworld.baselines import base_rate
-from futureworld.domain import OutcomeStatus, QuestionKind, Reward
-from futureworld.evaluation import ForecastRecord
+from flows.context import PipelineContext
+from futureworld.domain import Reward
 from futureworld.rewards import REWARD_FUNCTIONS, RewardFn, applicable_rewards
 from storage.engine import session_scope
-from storage.repositories.agents import list_agents
-from storage.repositories.questions import latest_outcomes, list_questions, resolved_history
+from storage.repositories.questions import latest_outcomes, list_questions
 from storage.repositories.rewards import (
     insert_rewards,
     rollouts_pending_rewards,
     void_annulled_rewards,
 )
-from storage.repositories.rollouts import forecasts_of, load_trajectories
+from storage.repositories.rollouts import load_trajectories
 
 
 @dataclass(frozen=True)
@@ -34,7 +29,10 @@ class BackfillReport:
     rewards_voided: int
 
 
-def backfill_rewards(engine: Engine, *, batch_size: int = 2000) -> BackfillReport:
+def backfill_rewards(ctx: PipelineContext, *, batch_size: int = 2000) -> BackfillReport:
+    """Score every rollout whose question has a new outcome revision, with every reward
+    function that applies to its kind; void the rewards of annulled questions."""
+    engine = ctx.engine
     fns = [str(fn) for fn in RewardFn]
     scored = inserted = 0
     with session_scope(engine) as session:
@@ -65,39 +63,3 @@ def backfill_rewards(engine: Engine, *, batch_size: int = 2000) -> BackfillRepor
             scored += len(chunk)
         voided = void_annulled_rewards(session)
     return BackfillReport(scored, inserted, voided)
-
-
-def forecast_records(
-    engine: Engine, agent_names: Sequence[str] | None = None
-) -> list[ForecastRecord]:
-    """One record per parsed binary rollout whose question has a current resolved outcome.
-
-    Rollouts with unparseable answers are left out of the metrics (their reward says it).
-    """
-    with session_scope(engine) as session:
-        agents = [a for a in list_agents(session) if agent_names is None or a.name in agent_names]
-        questions = {q.id: q for q in list_questions(session) if q.kind is QuestionKind.BINARY}
-        outcomes = latest_outcomes(session)
-        history = resolved_history(session)
-        records: list[ForecastRecord] = []
-        for agent in agents:
-            for forecast in forecasts_of(session, agent.id):
-                question = questions.get(forecast.question_id)
-                outcome = outcomes.get(forecast.question_id)
-                if question is None or outcome is None or forecast.p_yes is None:
-                    continue
-                if outcome.status is not OutcomeStatus.RESOLVED:
-                    continue
-                records.append(
-                    ForecastRecord(
-                        agent=agent.name,
-                        policy_version=forecast.policy_version,
-                        source=question.source,
-                        domain=question.domain,
-                        p_yes=forecast.p_yes,
-                        y=float(outcome.value),
-                        crowd_p=question.crowd_probability,
-                        base_rate_p=base_rate(question, history),
-                    )
-                )
-    return records

@@ -1,46 +1,39 @@
 """Prefect flows of the pipeline: harvest, predict, resolve-and-backfill, replay-and-train,
-evaluate and the daily cycle chaining them. Each task wraps one stage call (flows.stages);
-each flow builds its engine from Settings, keys its run by the as-of date (re-running a day
-is safe: the stages are idempotent) and publishes artifacts (flows.artifacts)."""
+evaluate and the daily cycle chaining them. Only @flow/@task wrappers live here: each task
+calls one stage (flows.stages) with the run's context (flows.context), each flow keys its run
+by the as-of date (re-running a day is safe: the stages are idempotent) and publishes
+artifacts (flows.orchestration.artifacts). Parameters are typed: strings, numbers, lists and
+the pydantic `TrainOptions`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
-from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from flows import artifacts
-from flows.settings import Settings, parse_as_of
+from flows.context import PipelineContext, open_context, run_key_for
+from flows.orchestration import artifacts
+from flows.settings import parse_as_of
+from flows.stages.backfilling import BackfillReport, backfill_rewards
+from flows.stages.evaluating import Evaluation, evaluate
+from flows.stages.harvesting import HarvestReport, harvest
+from flows.stages.predicting import PredictReport, predict
+from flows.stages.resolving import ResolveReport, resolve
+from flows.stages.training import TrainOptions, TrainReport, replay_and_train
+from storage.engine import session_scope
+from storage.repositories.agents import list_agents
 
 PREDICT_TAG = "futureworld-predict"
 """Tag-based concurrency limit on prediction tasks (`prefect concurrency-limit create`)."""
 TRAIN_TAG = "futureworld-train"
 """Tag-based concurrency limit on training tasks: one trainer per accelerator."""
 IO_RETRY_DELAYS_S = [10, 60]
-
-
-@dataclass(frozen=True, kw_only=True)
-class FlowContext:
-    """What every flow run needs: settings, an engine on the migrated database, its as-of."""
-
-    settings: Settings
-    engine: Engine
-    as_of: datetime
-    """The run's instant (tz-aware UTC)."""
-    run_key: str
-    """The as-of date (YYYY-MM-DD): names the run and keys its pipeline events."""
-
-
-def run_key_for(as_of: datetime) -> str:
-    return as_of.date().isoformat()
+DAILY_TRAIN = TrainOptions(min_groups=8)
+"""The daily cycle's update: train once eight completed groups wait."""
 
 
 def _run_name(prefix: str) -> Callable[[], str]:
@@ -50,22 +43,6 @@ def _run_name(prefix: str) -> Callable[[], str]:
         return f"{prefix}{suffix}-{run_key_for(parse_as_of(params.get('as_of')))}"
 
     return name
-
-
-@contextmanager
-def flow_context(as_of: str | None, db_url: str | None) -> Iterator[FlowContext]:
-    from storage.engine import make_engine, upgrade_database
-
-    settings = Settings().with_db(db_url)
-    engine = make_engine(settings.database_url)
-    try:
-        upgrade_database(engine)
-        moment = parse_as_of(as_of)
-        yield FlowContext(
-            settings=settings, engine=engine, as_of=moment, run_key=run_key_for(moment)
-        )
-    finally:
-        engine.dispose()
 
 
 def _transient(_task: Any, _task_run: Any, state: Any) -> bool:
@@ -85,13 +62,9 @@ def _transient(_task: Any, _task_run: Any, state: Any) -> bool:
     cache_policy=NO_CACHE,
 )
 def harvest_task(
-    ctx: FlowContext, sources: Sequence[str] | None, feeds: Sequence[str] | None
-) -> Any:
-    from flows.stages.harvesting import harvest
-
-    return harvest(
-        ctx.engine, ctx.settings, sources=sources, feeds=feeds, now=ctx.as_of, run_key=ctx.run_key
-    )
+    ctx: PipelineContext, sources: Sequence[str] | None, feeds: Sequence[str] | None
+) -> HarvestReport:
+    return harvest(ctx, sources=sources, feeds=feeds)
 
 
 @task(
@@ -101,100 +74,44 @@ def harvest_task(
     retry_condition_fn=_transient,
     cache_policy=NO_CACHE,
 )
-def resolve_task(ctx: FlowContext) -> Any:
-    from flows.runtime import configured_judge
-    from flows.stages.harvesting import resolve
-
-    return resolve(
-        ctx.engine,
-        ctx.settings,
-        now=ctx.as_of,
-        run_key=ctx.run_key,
-        judge=configured_judge(ctx.settings, ctx.engine),
-    )
+def resolve_task(ctx: PipelineContext) -> ResolveReport:
+    return resolve(ctx)
 
 
 @task(name="backfill-rewards", cache_policy=NO_CACHE)
-def backfill_task(ctx: FlowContext) -> Any:
-    from flows.stages.scoring import backfill_rewards
-
-    return backfill_rewards(ctx.engine)
+def backfill_task(ctx: PipelineContext) -> BackfillReport:
+    return backfill_rewards(ctx)
 
 
 @task(name="predict", task_run_name="predict-{agent}", tags=[PREDICT_TAG], cache_policy=NO_CACHE)
-def predict_task(ctx: FlowContext, agent: str, samples: int, limit: int | None) -> Any:
-    from flows.stages.predicting import predict
-    from storage.engine import session_scope
-    from storage.repositories.agents import get_agent
-
-    with session_scope(ctx.engine) as session:
-        backend = get_agent(session, agent).backend
-    factory = None if backend == "baseline" else _runner_factory(ctx)
-    return predict(
-        ctx.engine,
-        agent,
-        samples=samples,
-        as_of=ctx.as_of,
-        limit=limit,
-        worker=ctx.settings.worker_id,
-        lease_s=ctx.settings.claim_lease_s,
-        runner_factory=factory,
-    )
-
-
-def _runner_factory(ctx: FlowContext) -> Any:
-    from flows.runtime import runner_factory
-
-    return runner_factory(ctx.settings, ctx.engine)
+def predict_task(
+    ctx: PipelineContext, agent: str, samples: int, limit: int | None
+) -> PredictReport:
+    return predict(ctx, agent, samples=samples, limit=limit)
 
 
 @task(
     name="replay-and-train", task_run_name="train-{agent}", tags=[TRAIN_TAG], cache_policy=NO_CACHE
 )
-def train_task(
-    ctx: FlowContext,
-    agent: str,
-    estimator: str,
-    max_groups: int | None,
-    lora: bool,
-    min_groups: int,
-    train_overrides: dict[str, Any] | None = None,
-) -> Any:
-    from flows.stages.training import replay_and_train
-
-    return replay_and_train(
-        ctx.engine,
-        ctx.settings,
-        agent,
-        estimator=estimator,
-        max_groups=max_groups,
-        lora=lora,
-        min_groups=min_groups,
-        config_overrides=train_overrides,
-    )
+def train_task(ctx: PipelineContext, agent: str, options: TrainOptions) -> TrainReport | None:
+    return replay_and_train(ctx, agent, options)
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
-def evaluate_task(ctx: FlowContext, agents: Sequence[str] | None) -> list[Any]:
-    from flows.stages.scoring import forecast_records
-
-    return forecast_records(ctx.engine, list(agents) if agents else None)
+def evaluate_task(ctx: PipelineContext, agents: Sequence[str] | None) -> Evaluation:
+    return evaluate(ctx, agents)
 
 
 # ── publishing ───────────────────────────────────────────────────────────────────────────
 
 
-def _publish_evaluation(ctx: FlowContext, records: list[Any]) -> list[Any]:
-    from futureworld.evaluation import score_forecasts
-
-    rows = score_forecasts(records)
+def _publish_evaluation(ctx: PipelineContext, evaluation: Evaluation) -> None:
     artifacts.publish_scores(
-        rows, records, reports_dir=ctx.settings.data_dir / "reports", run_key=ctx.run_key
+        evaluation.rows, evaluation.records, reports_dir=ctx.reports_dir, run_key=ctx.run_key
     )
-    return rows
 
 
-def _publish_training(ctx: FlowContext, agent: str, report: Any) -> None:
+def _publish_training(ctx: PipelineContext, agent: str, report: TrainReport | None) -> None:
     if report is None:
         return
     title = (
@@ -202,11 +119,7 @@ def _publish_training(ctx: FlowContext, agent: str, report: Any) -> None:
         f"({report.groups} groups, {report.rollouts} rollouts) {ctx.run_key}"
     )
     artifacts.publish_training(
-        agent,
-        list(report.steps),
-        reports_dir=ctx.settings.data_dir / "reports",
-        run_key=ctx.run_key,
-        title=title,
+        agent, list(report.steps), reports_dir=ctx.reports_dir, run_key=ctx.run_key, title=title
     )
 
 
@@ -219,9 +132,9 @@ def harvest_flow(
     db_url: str | None = None,
     sources: list[str] | None = None,
     feeds: list[str] | None = None,
-) -> Any:
+) -> HarvestReport:
     """Harvest open questions from `sources` and articles from `feeds` (default: settings)."""
-    with flow_context(as_of, db_url) as ctx:
+    with open_context(db_url=db_url, as_of=as_of) as ctx:
         report = harvest_task(ctx, sources, feeds)
         artifacts.publish_cycle_summary(
             ctx.run_key,
@@ -238,16 +151,18 @@ def predict_flow(
     db_url: str | None = None,
     samples: int = 1,
     limit: int | None = None,
-) -> Any:
+) -> PredictReport:
     """Forecast every question open at `as_of` that the agent's current policy has not."""
-    with flow_context(as_of, db_url) as ctx:
+    with open_context(db_url=db_url, as_of=as_of) as ctx:
         return predict_task(ctx, agent, samples, limit)
 
 
 @flow(name="resolve-and-backfill", flow_run_name=_run_name("resolve-and-backfill"))
-def resolve_and_backfill_flow(as_of: str | None = None, db_url: str | None = None) -> Any:
+def resolve_and_backfill_flow(
+    as_of: str | None = None, db_url: str | None = None
+) -> tuple[ResolveReport, BackfillReport]:
     """Record outcomes of questions past their close, then score their rollouts once."""
-    with flow_context(as_of, db_url) as ctx:
+    with open_context(db_url=db_url, as_of=as_of) as ctx:
         resolved = resolve_task(ctx)
         backfilled = backfill_task(ctx)
         return resolved, backfilled
@@ -258,17 +173,15 @@ def replay_and_train_flow(
     agent: str,
     as_of: str | None = None,
     db_url: str | None = None,
-    estimator: str = "dr_grpo",
-    max_groups: int | None = None,
-    lora: bool = False,
-    min_groups: int = 1,
-) -> Any:
+    train: TrainOptions = TrainOptions(),
+) -> TrainReport | None:
     """Replay the agent's completed groups into one staleness-corrected update and register
-    the new policy version; does nothing while fewer than `min_groups` groups are complete."""
-    with flow_context(as_of, db_url) as ctx:
-        report = train_task(ctx, agent, estimator, max_groups, lora, min_groups)
+    the new policy version; does nothing while fewer than `train.min_groups` groups are
+    complete."""
+    with open_context(db_url=db_url, as_of=as_of) as ctx:
+        report = train_task(ctx, agent, train)
         if report is None:
-            get_run_logger().info("%s: fewer than %d completed groups", agent, min_groups)
+            get_run_logger().info("%s: fewer than %d completed groups", agent, train.min_groups)
         _publish_training(ctx, agent, report)
         return report
 
@@ -278,8 +191,10 @@ def evaluate_flow(
     as_of: str | None = None, db_url: str | None = None, agents: list[str] | None = None
 ) -> list[dict[str, Any]]:
     """Score every agent and policy version side by side, per source and overall."""
-    with flow_context(as_of, db_url) as ctx:
-        return [row.as_dict() for row in _publish_evaluation(ctx, evaluate_task(ctx, agents))]
+    with open_context(db_url=db_url, as_of=as_of) as ctx:
+        evaluation = evaluate_task(ctx, agents)
+        _publish_evaluation(ctx, evaluation)
+        return [row.as_dict() for row in evaluation.rows]
 
 
 @flow(name="daily-cycle", flow_run_name=_run_name("daily-cycle"))
@@ -290,18 +205,13 @@ def daily_cycle_flow(
     feeds: list[str] | None = None,
     samples: int = 4,
     limit: int | None = None,
-    estimator: str = "dr_grpo",
-    min_groups: int = 8,
-    lora: bool = False,
-    train_overrides: dict[str, Any] | None = None,
+    train: TrainOptions = DAILY_TRAIN,
 ) -> list[artifacts.StageSummary]:
-    """harvest → resolve → backfill → per agent: train (LLM agents with ≥ `min_groups`
-    completed groups), then predict → evaluate all agents. A failing stage is recorded in
-    the summary artifact and the cycle goes on; the run fails at the end if any stage did."""
-    from storage.engine import session_scope
-    from storage.repositories.agents import list_agents
-
-    with flow_context(as_of, db_url) as ctx:
+    """harvest → resolve → backfill → per agent: train (agents with a trainable policy and ≥
+    `train.min_groups` completed groups), then predict → evaluate all agents. A failing stage
+    is recorded in the summary artifact and the cycle goes on; the run fails at the end if
+    any stage did."""
+    with open_context(db_url=db_url, as_of=as_of) as ctx:
         stages: list[artifacts.StageSummary] = []
         _step(stages, "harvest", harvest_task, ctx, sources, feeds)
         _step(stages, "resolve", resolve_task, ctx)
@@ -309,27 +219,24 @@ def daily_cycle_flow(
         with session_scope(ctx.engine) as session:
             agents = list_agents(session)
         for agent in agents:
-            if agent.backend != "baseline":
+            if agent.backend.generates:
                 report = _step(
                     stages,
                     f"train {agent.name}",
                     train_task,
                     ctx,
                     agent.name,
-                    estimator,
-                    None,
-                    lora,
-                    min_groups,
-                    train_overrides,
-                    skipped=f"fewer than {min_groups} completed groups",
+                    train,
+                    skipped=f"fewer than {train.min_groups} completed groups",
                 )
                 _publish_training(ctx, agent.name, report)
             _step(stages, f"predict {agent.name}", predict_task, ctx, agent.name, samples, limit)
-        records = _step(stages, "evaluate", evaluate_task, ctx, None, counted=False)
-        if records is not None:
-            rows = _publish_evaluation(ctx, records)
+        evaluation = _step(stages, "evaluate", evaluate_task, ctx, None, counted=False)
+        if evaluation is not None:
+            _publish_evaluation(ctx, evaluation)
             stages[-1] = artifacts.StageSummary(
-                stage="evaluate", counts={"forecasts_scored": len(records), "rows": len(rows)}
+                stage="evaluate",
+                counts={"forecasts_scored": len(evaluation.records), "rows": len(evaluation.rows)},
             )
         artifacts.publish_cycle_summary(ctx.run_key, stages)
         failed = [s.stage for s in stages if s.failed is not None]

@@ -1,0 +1,137 @@
+"""`futureworld db`, `import`, `agent` and `model`: the schema, question sets, agents and
+local models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from flows.cli.common import DbOption, cli_context, console
+from futureworld.domain import Agent, BackendKind, GenerationSettings
+
+db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+import_app = typer.Typer(no_args_is_help=True, help="Import question sets.")
+agent_app = typer.Typer(no_args_is_help=True, help="Register and list agents.")
+model_app = typer.Typer(no_args_is_help=True, help="Local models.")
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Apply all migrations (Postgres or SQLite)."""
+    from storage.engine import current_revision
+
+    with cli_context(db) as ctx:
+        console.print(f"database at revision [bold]{current_revision(ctx.engine)}[/bold]")
+
+
+@import_app.command("forecastbench")
+def import_forecastbench(
+    question_set: Annotated[Path, typer.Argument(help="ForecastBench question set JSON.")],
+    resolutions: Annotated[
+        Path | None, typer.Option("--resolutions", help="Matching resolution set JSON.")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Import a ForecastBench question set (data: CC BY-SA 4.0, Forecasting Research Institute)."""
+    from flows.stages.importing import import_forecastbench as run_import
+    from futureworld.sources.forecastbench import ForecastBenchFormatError
+
+    with cli_context(db) as ctx:
+        try:
+            report = run_import(ctx, question_set, resolutions)
+        except ForecastBenchFormatError as error:
+            console.print(f"[red]import failed:[/red] {error}")
+            raise typer.Exit(2) from None
+    console.print(
+        f"questions: {report.questions_inserted} new, {report.questions_existing} already stored; "
+        f"outcomes recorded: {report.outcomes_recorded} (annulled {report.annulled}); "
+        f"open: {report.still_open}"
+    )
+    for reason, count in sorted(report.skipped.items()):
+        console.print(f"skipped {count}: {reason}")
+
+
+@agent_app.command("add")
+def agent_add(
+    name: str,
+    model: Annotated[
+        str,
+        typer.Option("--model", help="Model directory, or a baseline: crowd, base-rate, uniform."),
+    ],
+    backend: Annotated[BackendKind, typer.Option(help="What answers.")] = BackendKind.LOCAL,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,
+    served_model: Annotated[
+        str | None,
+        typer.Option(help="Model name on the server (default: the model directory's name)."),
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    max_turns: Annotated[int, typer.Option(help="Assistant turns per rollout.")] = 4,
+    max_new_tokens: Annotated[int, typer.Option(help="Generated tokens per turn.")] = 64,
+    max_total_tokens: Annotated[int, typer.Option(help="Prompt + completion limit.")] = 2048,
+    elicit_beliefs: Annotated[
+        bool, typer.Option(help="Elicit a belief after each tool turn.")
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Register an agent; its policy version 0 is the base model."""
+    from storage.engine import session_scope
+    from storage.repositories.agents import ensure_agent
+
+    if backend is BackendKind.OPENAI and not base_url:
+        raise typer.BadParameter("--backend openai needs --base-url")
+    if backend is BackendKind.LOCAL and not (Path(model) / "config.json").is_file():
+        raise typer.BadParameter(f"--model {model}: not a model directory (no config.json)")
+    try:
+        generation = GenerationSettings(
+            temperature=temperature,
+            max_turns=max_turns,
+            max_new_tokens=max_new_tokens,
+            max_total_tokens=max_total_tokens,
+            elicit_beliefs=elicit_beliefs,
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    with cli_context(db) as ctx, session_scope(ctx.engine) as session:
+        agent = ensure_agent(
+            session,
+            Agent(
+                name=name,
+                base_model=model,
+                backend=backend,
+                base_url=base_url,
+                served_model=served_model,
+                generation=generation,
+            ),
+        )
+    console.print(f"agent [bold]{agent.name}[/bold] ({agent.backend}: {agent.base_model})")
+
+
+@agent_app.command("list")
+def agent_list(db: DbOption = None) -> None:
+    """List agents with their newest policy version."""
+    from storage.engine import session_scope
+    from storage.repositories.agents import latest_policy_version, list_agents
+
+    table = Table("agent", "backend", "model", "version")
+    with cli_context(db) as ctx, session_scope(ctx.engine) as session:
+        for agent in list_agents(session):
+            version = latest_policy_version(session, agent.id)
+            table.add_row(agent.name, agent.backend, agent.base_model, str(version.version))
+    console.print(table)
+
+
+@model_app.command("init-tiny")
+def model_init_tiny(
+    out_dir: Annotated[Path, typer.Argument(help="Where to write the model.")],
+    seed: Annotated[int, typer.Option(help="Initialisation seed.")] = 0,
+    hidden_size: Annotated[int, typer.Option(help="Hidden size.")] = 64,
+    layers: Annotated[int, typer.Option(help="Transformer layers.")] = 2,
+) -> None:
+    """Build a tiny Qwen2-architecture model with a locally trained tokenizer (offline)."""
+    from futureworld.policy.tiny import init_tiny_model
+
+    path = init_tiny_model(out_dir, seed=seed, hidden_size=hidden_size, num_layers=layers)
+    console.print(f"tiny model written to {path}")

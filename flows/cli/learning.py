@@ -1,0 +1,163 @@
+"""`futureworld train` and `evaluate`: the commands that update and judge policies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from flows.cli.common import DbOption, cli_context, console
+from flows.stages.training import TrainOptions
+from futureworld.evaluation import ScoreRow
+from futureworld.rewards import DEFAULT_REWARD, RewardFn
+from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator
+
+
+def register_learning_commands(app: typer.Typer) -> None:
+    app.command("train")(train_command)
+    app.command("evaluate")(evaluate_command)
+
+
+def train_command(
+    agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
+    estimator: Annotated[Estimator, typer.Option(help="Advantage estimator.")] = DEFAULT_ESTIMATOR,
+    reward: Annotated[
+        RewardFn, typer.Option("--reward", help="Which stored reward to train on.")
+    ] = DEFAULT_REWARD,
+    max_groups: Annotated[int | None, typer.Option(help="Replay at most this many groups.")] = None,
+    lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
+    reuse: Annotated[
+        bool, typer.Option("--reuse", help="Also replay groups this lineage trained on before.")
+    ] = False,
+    learning_rate: Annotated[
+        float, typer.Option(help="AdamW learning rate.")
+    ] = TrainOptions.model_fields["learning_rate"].default,
+    ppo_epochs: Annotated[
+        int, typer.Option(help="Passes over the replayed data.")
+    ] = TrainOptions.model_fields["ppo_epochs"].default,
+    grad_accum_steps: Annotated[
+        int, typer.Option(help="Packed micro-batches per optimiser step.")
+    ] = TrainOptions.model_fields["grad_accum_steps"].default,
+    micro_batch_tokens: Annotated[
+        int, typer.Option(help="Tokens per packed row.")
+    ] = TrainOptions.model_fields["micro_batch_tokens"].default,
+    sft: Annotated[bool, typer.Option("--sft", help="Supervised fine-tuning.")] = False,
+    from_jsonl: Annotated[
+        Path | None,
+        typer.Option("--from-jsonl", help='SFT data: {"prompt": …, "completion": …} per line.'),
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue from this checkpoint's state.")
+    ] = None,
+    fresh_optimizer: Annotated[
+        bool,
+        typer.Option(
+            "--fresh-optimizer",
+            help="Start a new AdamW instead of continuing the newest RL version's moments.",
+        ),
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Replay completed groups into a staleness-corrected update; register the new version."""
+    from flows.stages.training import (
+        replay_and_train,
+        sft_trajectories_from_jsonl,
+        supervised_finetune,
+    )
+
+    if sft and from_jsonl is None:
+        raise typer.BadParameter("--sft needs --from-jsonl FILE")
+    options = TrainOptions(
+        estimator=Estimator.SFT if sft else estimator,
+        reward_fn=reward,
+        lora=lora,
+        learning_rate=learning_rate,
+        ppo_epochs=ppo_epochs,
+        grad_accum_steps=grad_accum_steps,
+        micro_batch_tokens=micro_batch_tokens,
+        max_groups=max_groups,
+        reuse=reuse,
+        fresh_optimizer=fresh_optimizer,
+    )
+    with cli_context(db) as ctx:
+        if sft:
+            assert from_jsonl is not None
+            trajectories = sft_trajectories_from_jsonl(ctx, agent, from_jsonl)
+            report = supervised_finetune(ctx, agent, trajectories, options)
+        else:
+            report = replay_and_train(ctx, agent, options, resume_from=resume)
+    if report is None:
+        console.print("nothing to train on: no completed, unconsumed group with 2+ scored rollouts")
+        return
+    last = report.steps[-1] if report.steps else {}
+    console.print(
+        f"{report.agent}: v{report.from_version} → v{report.to_version} on {report.rollouts} "
+        f"rollouts ({report.groups} groups, {report.groups_skipped} skipped, "
+        f"{report.remaining_groups} left); {len(report.steps)} steps, "
+        f"last loss {last.get('loss', float('nan')):.4f}; checkpoint {report.checkpoint_path}"
+    )
+
+
+def evaluate_command(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Reliability diagram PNG.")] = None,
+    agent: Annotated[list[str] | None, typer.Option("--agent", help="Only these agents.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Score every agent and policy version, per source and overall."""
+    from flows.stages.evaluating import evaluate
+    from futureworld.evaluation import plot_reliability, reliability_groups
+
+    with cli_context(db) as ctx:
+        evaluation = evaluate(ctx, agent)
+    console.print(score_table(evaluation.rows))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"rows": [r.as_dict() for r in evaluation.rows]}, indent=2))
+        console.print(f"wrote {json_path}")
+    if plot is not None:
+        plot_reliability(reliability_groups(evaluation.records), plot)
+        console.print(f"wrote {plot}")
+
+
+def score_table(rows: Sequence[ScoreRow]) -> Table:
+    table = Table(
+        "agent",
+        "ver",
+        "source",
+        "n",
+        "Brier",
+        "95% CI",
+        "log",
+        "acc",
+        "ECE",
+        "BI",
+        "skill/crowd",
+        "skill/base",
+    )
+    for r in rows:
+        d = r.as_dict()
+
+        def fmt(v: float | None, digits: int = 3) -> str:
+            return "—" if v is None else f"{v:.{digits}f}"
+
+        lo, hi = d["brier_ci"]
+        table.add_row(
+            d["agent"],
+            str(d["policy_version"]),
+            d["source"] or "all",
+            str(d["n"]),
+            fmt(d["brier"]),
+            f"[{fmt(lo)}, {fmt(hi)}]",
+            fmt(d["log_score"]),
+            fmt(d["accuracy"]),
+            fmt(d["ece"]),
+            fmt(d["brier_index"], 1),
+            fmt(d["brier_skill_vs_crowd"]),
+            fmt(d["brier_skill_vs_base_rate"]),
+        )
+    return table

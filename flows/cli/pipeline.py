@@ -1,0 +1,133 @@
+"""`futureworld predict`, `harvest`, `resolve` and `backfill`: one stage each, run now (or
+as of `--as-of`) on the configured database, with a progress bar where work is long."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from flows.cli.common import AsOfOption, DbOption, cli_context, console
+from flows.stages.resolving import ManualVerdict
+from futureworld.sources.question_gen import GENERATED_SOURCE
+
+
+def register_pipeline_commands(app: typer.Typer) -> None:
+    app.command("predict")(predict_command)
+    app.command("harvest")(harvest_command)
+    app.command("resolve")(resolve_command)
+    app.command("backfill")(backfill_command)
+
+
+def predict_command(
+    agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
+    samples: Annotated[int, typer.Option("--samples", "-G", help="Rollouts per question.")] = 1,
+    as_of: AsOfOption = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many questions.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Forecast every open question this agent's current policy has not forecast yet."""
+    from flows.stages.predicting import predict
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rollouts]} rollouts · {task.fields[rate]}"),
+        TimeElapsedColumn(),
+    )
+    with cli_context(db, as_of) as ctx, Progress(*columns, console=console) as progress:
+        task = progress.add_task(f"predict {agent}", total=limit, rollouts=0, rate="")
+        rollouts = 0
+
+        def on_group(n: int) -> None:
+            nonlocal rollouts
+            rollouts += n
+            progress.advance(task)
+            elapsed = progress.tasks[task].elapsed or 1e-9
+            done = progress.tasks[task].completed
+            progress.update(
+                task,
+                rollouts=rollouts,
+                rate=f"{done / elapsed:.1f} q/s, {rollouts / elapsed:.1f} r/s",
+            )
+
+        report = predict(ctx, agent, samples=samples, limit=limit, on_group=on_group)
+    console.print(
+        f"{report.agent} v{report.policy_version}: {report.questions} questions, "
+        f"{report.rollouts} rollouts persisted"
+    )
+
+
+def harvest_command(
+    source: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--source", help=f"manifold | polymarket | metaculus | kalshi | {GENERATED_SOURCE}"
+        ),
+    ] = None,
+    feed: Annotated[list[str] | None, typer.Option("--feed", help="Feed URL (repeatable).")] = None,
+    generate: Annotated[
+        bool, typer.Option(help="Generate questions from newly harvested articles.")
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Harvest open questions from platforms and articles from RSS/Atom feeds (no --source:
+    the configured feeds only; `--source rss` adds them to the platforms named)."""
+    from flows.stages.harvesting import harvest
+
+    sources = [s for s in (source or []) if s != GENERATED_SOURCE]
+    feeds = feed if (feed or not source or GENERATED_SOURCE in source) else []
+    with cli_context(db) as ctx:
+        report = harvest(ctx, sources=sources, feeds=feeds, generate=generate)
+    console.print(
+        f"questions: {report.questions_new} new of {report.questions_seen}; "
+        f"articles: {report.articles_new} new of {report.articles_seen}"
+    )
+    for name, counts in sorted(report.per_source.items()):
+        console.print(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    for error in report.errors:
+        console.print(f"[yellow]problem:[/yellow] {error}")
+
+
+def resolve_command(
+    manual: Annotated[
+        int | None, typer.Option("--manual", help="Resolve this question id by hand.")
+    ] = None,
+    verdict: Annotated[
+        ManualVerdict | None, typer.Option(help="With --manual: the outcome.")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Poll the sources of every open question past its close and record outcome revisions."""
+    from flows.stages.resolving import resolve, resolve_manually
+
+    if manual is not None and verdict is None:
+        raise typer.BadParameter("--manual needs --verdict yes|no|annul")
+    with cli_context(db) as ctx:
+        if manual is not None and verdict is not None:
+            outcome = resolve_manually(ctx, manual, verdict)
+            console.print(
+                "unchanged" if outcome is None else f"revision {outcome.revision} recorded"
+            )
+            return
+        report = resolve(ctx)
+    console.print(
+        f"checked {report.checked}: {report.outcomes_recorded} outcomes recorded "
+        f"({report.annulled} annulled); {report.needs_manual} need manual resolution"
+    )
+    for error in report.errors:
+        console.print(f"[yellow]problem:[/yellow] {error}")
+
+
+def backfill_command(db: DbOption = None) -> None:
+    """Score every rollout whose question has a new outcome revision, exactly once."""
+    from flows.stages.backfilling import backfill_rewards
+
+    with cli_context(db) as ctx:
+        report = backfill_rewards(ctx)
+    console.print(
+        f"scored {report.rollouts_scored} rollouts: {report.rewards_inserted} rewards written, "
+        f"{report.rewards_voided} voided by annulments"
+    )

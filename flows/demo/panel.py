@@ -1,0 +1,170 @@
+"""The demo's held-out panel and its warm-start data, in the exact shape the harvest gives
+world questions: the panel (fixed questions, outcomes and true probabilities, drawn from world
+days no round reaches), forecasting it with a policy, and the warm start's demonstrations.
+benchmarks/learning_curve.py uses the same functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+from futureworld.agent.demonstrations import Demonstration, answer_text, demonstration_trajectory
+from futureworld.agent.parsing import ACTION_STOP_STRINGS, ActionKind, parse_action, parse_number
+from futureworld.agent.prompts import encode_prompt
+from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajectory
+from futureworld.policy.base import PolicyBackend, SamplingParams
+from futureworld.sources.manifold import market_to_question
+from futureworld.world import World, sft_examples
+from futureworld.world.payloads import lite_market
+
+PANEL_DAY = 10_000
+"""The first world day the evaluation panel is drawn from: far from any day the demo reaches."""
+PANEL_QUESTIONS_PER_DAY = 250
+"""The panel world poses this many questions a day; a larger panel spans several days."""
+PANEL_BATCH = 250
+"""Panel prompts sampled together in one batched generate call."""
+CYCLE_HOUR = 12
+"""The daily cycle runs at noon (simulated UTC), after the day's questions are posed."""
+
+
+@dataclass(frozen=True)
+class PanelQuestion:
+    question: Question
+    """With a placeholder (negative) id: the panel is never stored."""
+    outcome: float
+    p_true: float
+
+
+@dataclass(frozen=True)
+class PanelScore:
+    """One round's forecasts of the evaluation panel: p, outcome and true p per forecast."""
+
+    round: int
+    policy_version: int
+    p_yes: tuple[float, ...]
+    y: tuple[float, ...]
+    p_true: tuple[float, ...]
+    question: tuple[int, ...]
+    """Index of the panel question each forecast is of (several samples per question)."""
+    unparsed: int
+
+    @property
+    def parse_rate(self) -> float:
+        return len(self.p_yes) / (len(self.p_yes) + self.unparsed)
+
+    def rows(self) -> list[tuple[int, float, float]]:
+        """(question, p, y) per forecast, as `paired_bootstrap_difference` takes them."""
+        return list(zip(self.question, self.p_yes, self.y, strict=True))
+
+
+def as_harvested(world: World, external_id: str) -> Question:
+    """The question exactly as the demo's harvest sees it: the world's Manifold market parsed
+    by the Manifold adapter at the cycle's hour of its day (same prompt, same as-of)."""
+    sim = world.question(external_id)
+    at = world.day_start(sim.day) + timedelta(hours=CYCLE_HOUR)
+    return market_to_question(lite_market(sim, None, now=at, base_url="http://world"), now=at)
+
+
+def build_panel(world: World, n: int) -> list[PanelQuestion]:
+    """The first `n` questions posed from PANEL_DAY on, with their outcomes and true p."""
+    out: list[PanelQuestion] = []
+    day = PANEL_DAY
+    while len(out) < n:
+        far = world.day_start(day + 30)
+        for sim in world.questions_posed_on(day)[: n - len(out)]:
+            resolution = world.resolution_as_of(sim.external_id, far)
+            question = replace(as_harvested(world, sim.external_id), id=-(len(out) + 1))
+            out.append(PanelQuestion(question, resolution.value, sim.p_yes))
+        day += 1
+    return out
+
+
+def score_panel(
+    backend: PolicyBackend,
+    settings: GenerationSettings,
+    panel: Sequence[PanelQuestion],
+    *,
+    round_no: int,
+    policy_version: int,
+    samples: int,
+    seed: int,
+) -> PanelScore:
+    """A policy forecasts the panel (in memory: never stored, never trained).
+
+    The panel is answered in one turn, as the demo's agent answers (max_turns 1, brief
+    prompt), but across questions in batches of PANEL_BATCH prompts rather than one agent
+    loop per question: the same prompts, sampler and answer parsing, many times faster.
+    """
+    if settings.max_turns != 1:
+        raise ValueError(f"the demo panel is answered in one turn, not {settings.max_turns}")
+    tokenizer = backend.tokenizer
+    asked = [(n, item) for n, item in enumerate(panel) for _ in range(samples)]
+    p, y, truth, index, unparsed = [], [], [], [], 0
+    for start in range(0, len(asked), PANEL_BATCH):
+        chunk = asked[start : start + PANEL_BATCH]
+        prompts = [
+            encode_prompt(
+                tokenizer,
+                item.question,
+                as_of=item.question.info_cutoff_at,
+                brief=settings.brief_prompt,
+            )
+            for _, item in chunk
+        ]
+        params = SamplingParams(
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            max_new_tokens=settings.max_new_tokens,
+            stop=ACTION_STOP_STRINGS,
+            seed=seed * 7919 + start,
+        )
+        for (n, item), generation in zip(chunk, backend.generate(prompts, params), strict=True):
+            text = tokenizer.decode(generation.token_ids, skip_special_tokens=True)
+            action = parse_action(text)
+            p_yes, status = parse_number(action.argument)
+            if action.kind is not ActionKind.ANSWER or status is not ParseStatus.OK:
+                unparsed += 1
+                continue
+            p.append(p_yes)
+            y.append(item.outcome)
+            truth.append(item.p_true)
+            index.append(n)
+    return PanelScore(
+        round=round_no,
+        policy_version=policy_version,
+        p_yes=tuple(p),
+        y=tuple(y),
+        p_true=tuple(truth),
+        question=tuple(index),
+        unparsed=unparsed,
+    )
+
+
+def warm_start_questions(
+    world: World, days: int, *, sharpening: float, noise_logit: float
+) -> list[tuple[Question, float]]:
+    """(question as harvested, the reference's target P(yes)) for the warm start: an
+    over-confident (log-odds × `sharpening`) and noisy reference forecaster."""
+    return [
+        (as_harvested(world, e.question.external_id), e.target_p_yes)
+        for e in sft_examples(world, days, sharpening=sharpening, noise_logit=noise_logit)
+    ]
+
+
+def warm_start_trajectories(
+    tokenizer: object, examples: Sequence[tuple[Question, float]], *, agent_id: int = 0
+) -> list[Trajectory]:
+    """The reference's answers as demonstrations with the agent's brief prompt."""
+    return [
+        demonstration_trajectory(
+            tokenizer,
+            Demonstration(question=question, completion=answer_text(target)),
+            agent_id=agent_id,
+            policy_version=0,
+            sample_index=i,
+            brief=True,
+        )
+        for i, (question, target) in enumerate(examples)
+    ]
