@@ -4,22 +4,31 @@ parsers they all need.
 
 Adapters supply only what is platform-specific (URLs, params, field parsing, resolution
 semantics); storing the results (and numbering outcome revisions) is the caller's job.
+
+Errors are isolated per item: whatever one page, listed item or per-id request raises
+(any SourceError, a malformed payload, a RecursionError, a bug tripped by one odd payload) is
+caught at that item's boundary and becomes one error line naming the item and its URL; the
+other items go on. Numbers that are not finite (JSON `Infinity`, `NaN`) make their item
+malformed rather than being clamped into range.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from futureworld.domain import OutcomeStatus, Question, require_utc, utc_now
 from futureworld.sources.http import SourceClient, SourceError, join_url
 
-MALFORMED_ERRORS = (AttributeError, KeyError, TypeError, ValueError)
-"""What parsing a payload of the wrong shape raises; caught per item, never per harvest."""
+MALFORMED_ERRORS = (AttributeError, KeyError, TypeError, ValueError, ArithmeticError)
+"""What parsing a payload of the wrong shape raises (ArithmeticError: an epoch time of
+`Infinity`); caught per item, never per harvest."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +82,19 @@ class PageError(Exception):
     """A page the source answered but in the wrong shape; the message is the whole error line."""
 
 
+class ItemError(Exception):
+    """One item that failed; the message is the whole error line (it names the item's URL)."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """An exception as it appears inside an error line: its own message for the errors whose
+    message is a whole line, else `Type: message` (capped, on one line)."""
+    if isinstance(exc, SourceError | PageError | ItemError):
+        return str(exc)
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+
+
 class SkipItem(Exception):
     """A listed item left out of a harvest, counted as `skipped_<reason>`."""
 
@@ -119,7 +141,7 @@ def close_skip_reason(
     `parse` cannot read it, "closed" when it is not after `now`, None when it may stay."""
     try:
         close_at = parse(close_time)
-    except (TypeError, ValueError):
+    except (*MALFORMED_ERRORS, OSError):
         return "malformed"
     if close_at is not None and close_at <= now:
         return "closed"
@@ -132,12 +154,16 @@ def harvest_pages(
     *,
     limit: int,
     max_pages: int,
+    page_url: str = "",
+    label: str = "item",
 ) -> HarvestResult:
     """Page a listing from cursor None, parse each item, dedupe by external_id, stop at `limit`.
 
     `fetch_page(cursor)` raises SourceError or PageError for a failed page, which ends paging
-    but keeps everything already harvested; `to_question(item)` raises SkipItem for an item
-    left out. Counts: pages, failed_pages, seen, skipped_<reason>, harvested.
+    but keeps everything already harvested (any other exception of a page does the same, and
+    is recorded under `page_url`); `to_question(item)` raises SkipItem for an item left out,
+    and any other exception skips that item as malformed. Counts: pages, failed_pages, seen,
+    skipped_<reason>, harvested.
     """
     questions: dict[str, Question] = {}
     counts: Counter[str] = Counter()
@@ -150,6 +176,10 @@ def harvest_pages(
             errors.append(str(exc))
             counts["failed_pages"] += 1
             break
+        except Exception as exc:  # one page's failure ends paging, never the harvest
+            errors.append(f"{label} page at {page_url} (cursor {cursor!r}): {describe_error(exc)}")
+            counts["failed_pages"] += 1
+            break
         counts["pages"] += 1
         for item in page.items:
             counts["seen"] += 1
@@ -158,7 +188,12 @@ def harvest_pages(
             except SkipItem as skip:
                 counts[f"skipped_{skip.reason}"] += 1
                 if skip.error:
-                    errors.append(skip.error)
+                    listed = f" (listed at {page_url})" if page_url else ""
+                    errors.append(skip.error + listed)
+                continue
+            except Exception as exc:  # an item the adapter did not foresee: skipped alone
+                counts["skipped_malformed"] += 1
+                errors.append(f"{label} listed at {page_url} is malformed: {describe_error(exc)}")
                 continue
             if question.external_id in questions:
                 counts["skipped_duplicate"] += 1
@@ -185,19 +220,20 @@ def resolve_each(
 ) -> ResolveResult:
     """`fetch_resolution(id)` once per distinct id; None (still open) is left out.
 
-    A failed request or a malformed payload becomes one error line and never stops the rest;
-    `label` names the kind of item in those lines ("kalshi: market").
+    Whatever one id raises (a failed request, a malformed or too deeply nested payload, any
+    other exception) becomes one error line and never stops the rest; `label` names the kind
+    of item in those lines ("kalshi: market").
     """
     resolutions: list[SourceResolution] = []
     errors: list[str] = []
     for external_id in dict.fromkeys(external_ids):
         try:
             resolution = fetch_resolution(external_id)
-        except SourceError as exc:
+        except (SourceError, ItemError) as exc:
             errors.append(str(exc))
             continue
-        except MALFORMED_ERRORS as exc:
-            errors.append(f"{label} {external_id}: malformed resolution: {exc!r}")
+        except Exception as exc:  # the item's boundary: nothing one id does stops the others
+            errors.append(f"{label} {external_id}: {describe_error(exc)}")
             continue
         if resolution is not None:
             resolutions.append(resolution)
@@ -246,11 +282,17 @@ def per_id_fetch_resolutions(
         request_headers = headers(token)
 
         def fetch_resolution(external_id: str) -> SourceResolution | None:
-            url = join_url(base_url, path.format(id=external_id))
+            url = join_url(base_url, path.format(id=quote(str(external_id), safe="")))
             payload = client.get_json(source, url, headers=request_headers)
-            if wrapped_in is not None:
-                payload = payload[wrapped_in]
-            return to_resolution(payload, now=at)
+            try:
+                if wrapped_in is not None:
+                    payload = payload[wrapped_in]
+                return to_resolution(payload, now=at)
+            except Exception as exc:
+                raise ItemError(
+                    f"{source}: {item} {external_id}: {url}: malformed resolution: "
+                    f"{describe_error(exc)}"
+                ) from exc
 
         return resolve_each(external_ids, fetch_resolution, label=f"{source}: {item}")
 
@@ -285,10 +327,13 @@ def payload_resolution(
 
 
 def from_ms(value: Any) -> datetime | None:
-    """Epoch milliseconds (Manifold) to UTC; None when absent."""
+    """Epoch milliseconds (Manifold) to UTC; None when absent; ValueError when not finite."""
     if value is None or value == "":
         return None
-    return datetime.fromtimestamp(float(value) / 1000.0, UTC)
+    ms = float(value)
+    if not math.isfinite(ms):
+        raise ValueError(f"time {value!r} is not a finite number of milliseconds")
+    return datetime.fromtimestamp(ms / 1000.0, UTC)
 
 
 def from_iso(value: Any) -> datetime | None:
@@ -305,13 +350,16 @@ def from_iso(value: Any) -> datetime | None:
 
 
 def clamp_probability(value: Any) -> float | None:
-    """A crowd probability in [0, 1], or None when missing or not a number."""
+    """A crowd probability in [0, 1], or None when missing or not a number.
+
+    Raises ValueError for a number that is not finite (`Infinity`, `-Infinity`, `NaN`, as
+    JSON decoders accept them): such a payload is broken, and its item is rejected."""
     if value is None or value == "":
         return None
     try:
         p = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    if p != p:  # NaN
-        return None
+    if not math.isfinite(p):
+        raise ValueError(f"probability {value!r} is not a finite number")
     return min(1.0, max(0.0, p))

@@ -101,6 +101,10 @@ def _load(text: str, filename: str, list_key: str) -> tuple[dict[str, Any], list
         raise ForecastBenchFormatError(
             f"{filename}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
         ) from error
+    except RecursionError:
+        raise ForecastBenchFormatError(
+            f"{filename}: JSON nested too deep to read; not a ForecastBench file"
+        ) from None
     if not isinstance(document, dict):
         raise ForecastBenchFormatError(
             f"{filename}: top level must be an object, got {type(document).__name__}"

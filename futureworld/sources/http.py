@@ -2,6 +2,12 @@
 
 It owns transport concerns only (no parsing of any platform's payloads). Secrets travel in
 request headers chosen by the caller and are never logged nor copied into errors.
+
+Every failure of one request comes out as a SourceError naming the URL, never as an httpx
+exception: timeouts, connection errors, 5xx and 429 are retried; a redirect loop, a body that
+cannot be decoded (bad Content-Encoding, bad gzip), an unusable URL and any other httpx error
+are not, since another attempt gets the same answer. A JSON body nested too deep to decode
+(RecursionError) is `bad_json` like any other malformed body.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ class SourceError(Exception):
         self.url = url
         self.reason = reason
         self.kind = kind
-        """timeout | connection | truncated | http_status | rate_limited | bad_json | error"""
+        """timeout | connection | truncated | http_status | rate_limited | redirects | decoding |
+        bad_url | bad_json | error"""
         super().__init__(f"{source}: {url}: {reason}")
 
 
@@ -88,6 +95,18 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
 
 
 _RETRYABLE = (httpx.TimeoutException, httpx.TransportError)
+_UNUSABLE_URL = (httpx.InvalidURL, httpx.UnsupportedProtocol)
+
+
+def _final_error(exc: Exception) -> tuple[str, str]:
+    """(reason, kind) of a request failure that another attempt would not fix."""
+    if isinstance(exc, httpx.TooManyRedirects):
+        return f"redirect loop or too many redirects: {exc}", "redirects"
+    if isinstance(exc, httpx.DecodingError):
+        return f"response body cannot be decoded (Content-Encoding): {exc}", "decoding"
+    if isinstance(exc, _UNUSABLE_URL):
+        return f"unusable URL: {exc}", "bad_url"
+    return f"request failed ({type(exc).__name__}): {exc}", "error"
 
 
 class SourceClient:
@@ -151,6 +170,9 @@ class SourceClient:
             delay: float | None = None
             try:
                 response = self._client.get(url, params=params, headers=headers)
+            except (*_UNUSABLE_URL, httpx.TooManyRedirects, httpx.DecodingError) as exc:
+                reason, kind = _final_error(exc)
+                raise SourceError(source, url, reason, kind=kind) from exc
             except httpx.TimeoutException as exc:
                 last_reason, last_kind = f"timed out ({type(exc).__name__})", "timeout"
             except httpx.RemoteProtocolError as exc:
@@ -158,6 +180,9 @@ class SourceClient:
                 last_reason, last_kind = f"incomplete response: {exc}", "truncated"
             except _RETRYABLE as exc:
                 last_reason, last_kind = f"connection failed: {exc}", "connection"
+            except (httpx.HTTPError, httpx.StreamError) as exc:
+                reason, kind = _final_error(exc)
+                raise SourceError(source, url, reason, kind=kind) from exc
             else:
                 status = response.status_code
                 if status < 400:
@@ -194,12 +219,16 @@ class SourceClient:
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Any:
-        """GET and decode JSON; a body that is not JSON raises SourceError(kind="bad_json")."""
+        """GET and decode JSON; a body that is not JSON, or is nested too deep to decode,
+        raises SourceError(kind="bad_json")."""
         response = self.get(source, url, params=params, headers=headers)
         try:
             return response.json()
         except ValueError as exc:
             raise SourceError(source, url, f"malformed JSON: {exc}", kind="bad_json") from exc
+        except RecursionError as exc:
+            reason = "malformed JSON: nested too deep to decode"
+            raise SourceError(source, url, reason, kind="bad_json") from exc
 
 
 def join_url(base_url: str, path: str) -> str:

@@ -5,6 +5,11 @@ GET /trade-api/v2/markets?limit=&cursor=&status=open returns {"markets": [...], 
 Prices come as integer cents (`last_price`, `yes_bid`) and as dollar strings
 (`last_price_dollars`, "0.5600"); the dollar fields win. Status `determined` may still
 change, only `finalized` (older API: `settled`) is final.
+
+Multivariate markets (combos/parlays: a `mve_collection_ticker` and the `mve_selected_legs`
+they bundle, `market_type` still "binary") are not forecastable questions of their own: the
+listing asks for `mve_filter=exclude`, and any that still arrive are skipped as
+`skipped_multivariate`.
 """
 
 from __future__ import annotations
@@ -102,7 +107,11 @@ def harvest_open(
     url = join_url(base_url, f"{API_PREFIX}/markets")
 
     def fetch_page(cursor: str | None) -> Page:
-        params: dict[str, Any] = {"limit": max(1, min(page_size, MAX_PAGE_SIZE)), "status": "open"}
+        params: dict[str, Any] = {
+            "limit": max(1, min(page_size, MAX_PAGE_SIZE)),
+            "status": "open",
+            "mve_filter": "exclude",
+        }
         if cursor:
             params["cursor"] = cursor
         page = client.get_json(SOURCE, url, params=params)
@@ -118,12 +127,26 @@ def harvest_open(
             question = market_to_question(market, now=now)
         return question
 
-    return harvest_pages(fetch_page, to_question, limit=limit, max_pages=max_pages)
+    return harvest_pages(
+        fetch_page,
+        to_question,
+        limit=limit,
+        max_pages=max_pages,
+        page_url=url,
+        label=f"{SOURCE}: market",
+    )
+
+
+def is_multivariate(market: dict[str, Any]) -> bool:
+    """A combo/parlay market of a multivariate event collection."""
+    return bool(market.get("mve_collection_ticker") or market.get("mve_selected_legs"))
 
 
 def _skip_reason(market: Any, now: datetime) -> str | None:
     if not isinstance(market, dict) or "ticker" not in market:
         return "malformed"
+    if is_multivariate(market):
+        return "multivariate"
     if market.get("market_type", "binary") != "binary":
         return "not_binary"
     if market.get("status", "open") not in OPEN_STATUSES:

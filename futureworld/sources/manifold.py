@@ -101,7 +101,14 @@ def harvest_open(
             question = market_to_question(market, now=now)
         return question
 
-    return harvest_pages(fetch_page, to_question, limit=limit, max_pages=max_pages)
+    return harvest_pages(
+        fetch_page,
+        to_question,
+        limit=limit,
+        max_pages=max_pages,
+        page_url=url,
+        label=f"{SOURCE}: market",
+    )
 
 
 def _headers(token: str | None) -> dict[str, str] | None:

@@ -112,7 +112,14 @@ def harvest_open(
             question = post_to_question(post, base_url, now=now)
         return question
 
-    return harvest_pages(fetch_page, to_question, limit=limit, max_pages=max_pages)
+    return harvest_pages(
+        fetch_page,
+        to_question,
+        limit=limit,
+        max_pages=max_pages,
+        page_url=url,
+        label=f"{SOURCE}: post",
+    )
 
 
 def _skip_reason(post: Any, now: datetime) -> str | None:

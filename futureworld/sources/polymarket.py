@@ -8,6 +8,7 @@ GET /markets/keyset?limit=&closed=false&after_cursor= returns {"markets": [...],
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from typing import Any
 
@@ -44,7 +45,10 @@ def yes_price(market: dict[str, Any]) -> float | None:
     prices = _json_list(market["outcomePrices"], "outcomePrices")
     if len(prices) != len(outcomes):
         raise ValueError(f"{len(prices)} prices for {len(outcomes)} outcomes")
-    return float(prices[lowered.index("yes")])
+    price = float(prices[lowered.index("yes")])
+    if not math.isfinite(price):
+        raise ValueError(f"Yes price {prices[lowered.index('yes')]!r} is not a finite number")
+    return price
 
 
 def _json_list(value: Any, name: str) -> list[Any]:
@@ -118,7 +122,14 @@ def harvest_open(
             raise SkipItem("closed")
         return question
 
-    return harvest_pages(fetch_page, to_question, limit=limit, max_pages=max_pages)
+    return harvest_pages(
+        fetch_page,
+        to_question,
+        limit=limit,
+        max_pages=max_pages,
+        page_url=url,
+        label=f"{SOURCE}: market",
+    )
 
 
 def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceResolution | None:

@@ -337,6 +337,11 @@ def _filter_reason(
     return None
 
 
+def _web_link(link: str) -> str:
+    """The article's link as a question URL; "" for a linkless entry's stand-in key."""
+    return link if link.startswith(("http://", "https://")) else ""
+
+
 # The judging half of the generated-question life cycle lives next door; re-exported here.
 from futureworld.sources.question_judge import (  # noqa: E402
     JudgeVerdict,

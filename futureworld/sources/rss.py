@@ -2,6 +2,15 @@
 
 It owns fetching and parsing only; the caller stores the articles and the returned FeedState
 (ETag / Last-Modified) and passes the state back next time, so unchanged feeds cost a 304.
+
+Keys (the store deduplicates articles by guid and by link, both unique): an entry's guid is
+its own `<guid>`/`<id>`, else its canonical link, else `sha1:` of a content hash of its link,
+title, description and stated date (never the fetch time, so a refetch keys the same). An entry
+without a link is keyed by that guid alone: its link becomes `urn:guid:<guid>`
+(LINKLESS_PREFIX), which is not a web address and is never shown as one.
+
+Errors are isolated: whatever fetching or parsing one feed raises is recorded with the feed's
+URL and the other feeds go on; whatever one entry raises skips that entry alone.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from futureworld.domain import Article, utc_now
 from futureworld.sources.http import SourceClient, SourceError
 
 ENCODING_ERRORS = (feedparser.CharacterEncodingOverride, feedparser.CharacterEncodingUnknown)
+LINKLESS_PREFIX = "urn:guid:"
+"""The stand-in link of an entry without one: this prefix and the entry's guid."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,12 +141,20 @@ def _entry_datetime(entry: Mapping[str, Any]) -> datetime | None:
 
 
 def _entry_guid(entry: Mapping[str, Any], link: str, title: str) -> str:
+    """The entry's own guid, else its canonical link, else a hash of what it says."""
     guid = str(entry.get("id") or entry.get("guid") or "").strip()
     if guid:
         return guid
     if link:
         return canonical_link(link)
-    return "sha1:" + hashlib.sha1(title.encode("utf-8")).hexdigest()
+    stated_date = str(entry.get("published") or entry.get("updated") or entry.get("created") or "")
+    content = "\x1f".join((link, title, str(entry.get("summary") or ""), stated_date))
+    return "sha1:" + hashlib.sha1(content.encode("utf-8")).hexdigest()
+
+
+def is_web_link(link: str) -> bool:
+    """An http(s) address, not the stand-in key of an entry without a link."""
+    return urlsplit(link).scheme in ("http", "https")
 
 
 def parse_feed(
@@ -177,58 +196,80 @@ def parse_feed(
         errors.append(f"{feed_url}: no RSS/Atom entries could be read")
         return [], counts, errors
     articles: list[Article] = []
-    for entry in parsed.entries:
+    for number, entry in enumerate(parsed.entries, start=1):
         counts["entries"] += 1
-        title = html_to_text(entry.get("title", ""))
-        link = str(entry.get("link") or "").strip()
-        guid = _entry_guid(entry, link, title)
-        canonical = canonical_link(link) if link else ""
-        duplicate = (
-            "duplicate_guid"
-            if guid in seen_guids
-            else "duplicate_link"
-            if canonical and canonical in seen_links
-            else None
-        )
-        # Remember both keys even for a duplicate, so a later entry sharing either is caught.
-        seen_guids.add(guid)
-        if canonical:
-            seen_links.add(canonical)
-        if duplicate:
-            counts[duplicate] += 1
-            continue
-        flags = list(feed_flags)
-        published_at = _entry_datetime(entry)
-        if published_at is None:
-            published_at = fetched_at
-            flags.append("date_from_fetch_time")
-            counts["date_from_fetch_time"] += 1
-        summary = html_to_text(entry.get("summary", ""))
-        contents = entry.get("content") or []
-        body = html_to_text(" ".join(str(c.get("value", "")) for c in contents))
-        if body == summary:
-            body = ""
-        if not summary and not body:
-            flags.append("empty_body")
-            counts["empty_body"] += 1
-        if not title and not summary and not body:
-            counts["skipped_empty"] += 1
-            continue
-        articles.append(
-            Article(
-                feed=feed_url,
-                guid=guid,
-                link=link,
-                title=title,
-                summary=summary,
-                body=body,
-                published_at=published_at,
-                fetched_at=fetched_at,
-                flags=tuple(flags),
+        try:
+            article = _entry_article(
+                feed_url, entry, fetched_at, feed_flags, counts, seen_guids, seen_links
             )
-        )
+        except Exception as exc:  # one broken entry is skipped alone
+            counts["skipped_malformed"] += 1
+            errors.append(f"{feed_url}: entry {number} is malformed: {type(exc).__name__}: {exc}")
+            continue
+        if article is not None:
+            articles.append(article)
     counts["articles"] = len(articles)
     return articles, counts, errors
+
+
+def _entry_article(
+    feed_url: str,
+    entry: Mapping[str, Any],
+    fetched_at: datetime,
+    feed_flags: tuple[str, ...],
+    counts: Counter[str],
+    seen_guids: set[str],
+    seen_links: set[str],
+) -> Article | None:
+    """One entry's Article; None (counted) for a duplicate or an empty entry."""
+    title = html_to_text(entry.get("title", ""))
+    link = str(entry.get("link") or "").strip()
+    guid = _entry_guid(entry, link, title)
+    canonical = canonical_link(link) if link else ""
+    duplicate = (
+        "duplicate_guid"
+        if guid in seen_guids
+        else "duplicate_link"
+        if canonical and canonical in seen_links
+        else None
+    )
+    # Remember both keys even for a duplicate, so a later entry sharing either is caught.
+    seen_guids.add(guid)
+    if canonical:
+        seen_links.add(canonical)
+    if duplicate:
+        counts[duplicate] += 1
+        return None
+    flags = list(feed_flags)
+    published_at = _entry_datetime(entry)
+    if published_at is None:
+        published_at = fetched_at
+        flags.append("date_from_fetch_time")
+        counts["date_from_fetch_time"] += 1
+    summary = html_to_text(entry.get("summary", ""))
+    contents = entry.get("content") or []
+    body = html_to_text(" ".join(str(c.get("value", "")) for c in contents))
+    if body == summary:
+        body = ""
+    if not summary and not body:
+        flags.append("empty_body")
+        counts["empty_body"] += 1
+    if not title and not summary and not body:
+        counts["skipped_empty"] += 1
+        return None
+    if not link:
+        counts["keyed_by_guid"] += 1
+    return Article(
+        feed=feed_url,
+        guid=guid,
+        link=link or LINKLESS_PREFIX + guid,
+        title=title,
+        summary=summary,
+        body=body,
+        published_at=published_at,
+        fetched_at=fetched_at,
+        flags=tuple(flags),
+    )
 
 
 def fetch_feed(
@@ -243,6 +284,22 @@ def fetch_feed(
     """Conditional GET of one feed; never raises for a feed's failure, reports it instead."""
     now = now or utc_now()
     state = state or FeedState(url=url)
+    try:
+        return _fetch_feed(client, url, state, now, seen_guids, seen_links)
+    except Exception as exc:  # the feed's boundary: whatever it raises is this feed's error
+        counts: Counter[str] = Counter({"fetch_failed": 1, "error": 1})
+        error = f"{url}: feed failed: {type(exc).__name__}: {exc}"
+        return FeedResult(feed=url, articles=[], state=state, counts=counts, errors=[error])
+
+
+def _fetch_feed(
+    client: SourceClient,
+    url: str,
+    state: FeedState,
+    now: datetime,
+    seen_guids: set[str] | None,
+    seen_links: set[str] | None,
+) -> FeedResult:
     headers: dict[str, str] = {}
     if state.etag:
         headers["If-None-Match"] = state.etag
