@@ -186,9 +186,14 @@ _KINDS: dict[RewardFn, QuestionKind] = {
 }
 
 
+def rewards_for_kind(kind: QuestionKind) -> list[RewardFn]:
+    """The reward functions that score questions of `kind`, in registry order."""
+    return [fn for fn in REWARD_FUNCTIONS if _KINDS[fn] is kind]
+
+
 def applicable_rewards(question: Question) -> list[RewardFn]:
     """The reward functions that score questions of this kind, in registry order."""
-    return [fn for fn in REWARD_FUNCTIONS if _KINDS[fn] is question.kind]
+    return rewards_for_kind(question.kind)
 
 
 REWARD_FUNCTIONS: dict[RewardFn, RewardFunction] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Index, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import Column, ForeignKey, Index, Integer, LargeBinary, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from storage.types import JSONType, UTCDateTime
@@ -275,3 +275,18 @@ class PipelineEventRow(SQLModel, table=True):
     kind: str
     detail: str = _text()
     created_at: datetime = _utc()
+
+
+class BackfillQueueRow(SQLModel, table=True):
+    """Rollouts whose rewards may be missing: one row when a rollout is stored (revision 0)
+    and one per rollout of a question when an outcome revision is stored. Filled by triggers
+    (migration 0003), emptied by backfill once the rollout is scored or voided at its
+    question's current revision."""
+
+    __tablename__ = "backfill_queue"
+
+    rollout_id: int = Field(
+        sa_column=Column(Integer, ForeignKey("rollout.id", ondelete="CASCADE"), primary_key=True)
+    )
+    outcome_revision: int = Field(primary_key=True)
+    question_id: int = Field(index=True)

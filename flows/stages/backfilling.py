@@ -1,65 +1,127 @@
 """Backfill rewards when outcomes arrive.
 
 Backfill is exactly once per (rollout, reward function, outcome revision): pending work is
-found by what is missing, and inserts ignore what already exists. An annulled outcome voids
-the question's earlier rewards (kept for audit, excluded from training and evaluation).
+what the backfill queue names (rollouts stored, and rollouts of questions given an outcome
+revision, since the last run) and still lacks a reward of a function that applies to its
+question's kind; inserts ignore what already exists. So a run costs the new outcomes and
+rollouts, not the resolved history. An annulled outcome voids the question's earlier rewards
+(kept for audit, excluded from training and evaluation).
+
+Decisions: the reward functions are handed the rollout's answer (p_yes, choice, quantiles,
+parse status), not its token arrays or turns, which they do not read. A question whose
+outcome a reward function rejects (a binary question resolved to 0.5) is reported in
+`errors` and as a pipeline event; its rollouts stay queued and the rest of the batch goes on.
+Each batch of `batch_size` rollouts is its own transaction, so a crash keeps what was scored.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 
 from flows.context import PipelineContext
-from futureworld.domain import Reward
-from futureworld.rewards import REWARD_FUNCTIONS, RewardFn, applicable_rewards
+from flows.stages.problems import Problems
+from futureworld.domain import Outcome, Question, QuestionKind, Reward, Trajectory
+from futureworld.rewards import REWARD_FUNCTIONS, applicable_rewards, rewards_for_kind
 from storage.engine import session_scope
-from storage.repositories.questions import latest_outcomes, list_questions
+from storage.repositories.questions import list_questions
 from storage.repositories.rewards import (
+    ApplicableRewards,
+    PendingScore,
     insert_rewards,
+    outcome_revisions,
+    rollout_answers,
     rollouts_pending_rewards,
+    settle_backfill_queue,
     void_annulled_rewards,
 )
-from storage.repositories.rollouts import load_trajectories
 
 
-@dataclass(frozen=True)
+@dataclass
 class BackfillReport:
-    rollouts_scored: int
-    rewards_inserted: int
-    rewards_voided: int
+    rollouts_scored: int = 0
+    rewards_inserted: int = 0
+    rewards_voided: int = 0
+    errors: list[str] = field(default_factory=list)
 
 
-def backfill_rewards(ctx: PipelineContext, *, batch_size: int = 2000) -> BackfillReport:
-    """Score every rollout whose question has a new outcome revision, with every reward
-    function that applies to its kind; void the rewards of annulled questions."""
+def reward_functions_by_kind() -> ApplicableRewards:
+    """Question kind → the names of the registry's reward functions that score it."""
+    return {kind: [str(fn) for fn in rewards_for_kind(kind)] for kind in QuestionKind}
+
+
+def backfill_rewards(ctx: PipelineContext, *, batch_size: int = 5000) -> BackfillReport:
+    """Score every queued rollout whose question has an outcome revision it lacks rewards
+    for, with every reward function that applies to its kind; void the rewards of annulled
+    questions."""
     engine = ctx.engine
-    fns = [str(fn) for fn in RewardFn]
-    scored = inserted = 0
+    applicable = reward_functions_by_kind()
+    report = BackfillReport()
+    problems = Problems(ctx.run_key, "backfill")
     with session_scope(engine) as session:
-        pending = rollouts_pending_rewards(session, fns)
-        questions = {
-            q.id: q for q in list_questions(session, ids=sorted({p.question_id for p in pending}))
-        }
-        outcomes = latest_outcomes(session, sorted(questions))
-        for start in range(0, len(pending), batch_size):
-            chunk = pending[start : start + batch_size]
-            trajectories = load_trajectories(session, [p.rollout_id for p in chunk])
-            rewards: list[Reward] = []
-            for item, trajectory in zip(chunk, trajectories, strict=True):
-                question, outcome = questions[item.question_id], outcomes[item.question_id]
-                for fn in applicable_rewards(question):
-                    value = REWARD_FUNCTIONS[fn](trajectory, question, outcome)
-                    if value is not None:
-                        rewards.append(
-                            Reward(
-                                rollout_id=item.rollout_id,
-                                reward_fn=str(fn),
-                                outcome_revision=outcome.revision,
-                                value=value.value,
-                                components=value.components,
-                            )
-                        )
-            inserted += insert_rewards(session, rewards)
-            scored += len(chunk)
-        voided = void_annulled_rewards(session)
-    return BackfillReport(scored, inserted, voided)
+        pending = rollouts_pending_rewards(session, applicable)
+    questions: dict[int, Question] = {}
+    for start in range(0, len(pending), batch_size):
+        chunk = pending[start : start + batch_size]
+        with session_scope(engine) as session:
+            missing = sorted({p.question_id for p in chunk} - questions.keys())
+            questions.update((q.id, q) for q in list_questions(session, ids=missing))
+            outcomes = outcome_revisions(
+                session, {(p.question_id, p.outcome_revision) for p in chunk}
+            )
+            answers = rollout_answers(session, [p.rollout_id for p in chunk])
+            rewards, scored = _score(chunk, questions, outcomes, answers, problems)
+            report.rewards_inserted += insert_rewards(session, rewards)
+            report.rollouts_scored += len(scored)
+            settle_backfill_queue(session, applicable, scored)
+    with session_scope(engine) as session:
+        report.rewards_voided = void_annulled_rewards(session)
+    if problems.events:
+        report.errors = problems.lines
+        problems.save(engine)
+    return report
+
+
+def _score(
+    chunk: list[PendingScore],
+    questions: dict[int, Question],
+    outcomes: dict[tuple[int, int], Outcome],
+    answers: dict[int, Trajectory],
+    problems: Problems,
+) -> tuple[list[Reward], list[int]]:
+    """Every applicable reward of the chunk's rollouts, question by question; a question
+    whose scoring fails is reported and left out whole. Returns the rewards and the ids of
+    the rollouts they score."""
+    by_question: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for item in chunk:
+        by_question[(item.question_id, item.outcome_revision)].append(item.rollout_id)
+    rewards: list[Reward] = []
+    scored: list[int] = []
+    for (question_id, revision), rollout_ids in by_question.items():
+        question, outcome = questions[question_id], outcomes[(question_id, revision)]
+        fns = applicable_rewards(question)
+        try:
+            found = [
+                Reward(
+                    rollout_id=rollout_id,
+                    reward_fn=str(fn),
+                    outcome_revision=revision,
+                    value=value.value,
+                    components=value.components,
+                )
+                for rollout_id in rollout_ids
+                for fn in fns
+                if (value := REWARD_FUNCTIONS[fn](answers[rollout_id], question, outcome))
+                is not None
+            ]
+        except ValueError as error:
+            problems.add(
+                question.source,
+                "unscorable_outcome",
+                f"question {question.external_id} (id {question_id}) outcome revision "
+                f"{revision}: {error}; its {len(rollout_ids)} rollouts stay queued",
+            )
+            continue
+        rewards += found
+        scored += rollout_ids
+    return rewards, scored

@@ -1,18 +1,70 @@
-"""Rewards: exactly once per (rollout, reward function, outcome revision); annulments void."""
+"""Rewards: exactly once per (rollout, reward function, outcome revision); annulments void.
+
+What backfill has left to do is read from `backfill_queue` (kept by the triggers of migration
+0003: a row per stored rollout and per rollout of a question given a new outcome revision), so
+finding the work costs what arrived since the last run, never the resolved history.
+
+Decisions:
+- A queued rollout is pending when its question's current outcome is resolved and one of the
+  reward functions that apply to the question's kind has no reward at that revision. The
+  caller says which functions apply to which kind (storage does not know the registry).
+- Queue rows are settled (deleted) only for rollouts that then have every applicable reward
+  at the current revision, or whose current outcome is annulled once their rewards are voided.
+  A revision that arrives meanwhile queues new rows, which stay; a rollout whose scoring
+  failed stays queued and is retried on the next run.
+- Backfill reads a rollout's answer (p_yes, choice, quantiles, parse status), never its token
+  arrays or turns: the reward functions score the answer.
+- Rewards go in by COPY on Postgres when none of them exists yet (the common case: the queue
+  names only unscored work); when one does, or a concurrent backfill races us to it, they go
+  in by INSERT … ON CONFLICT DO NOTHING instead.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from psycopg.errors import UniqueViolation
+from sqlalchemy import ColumnElement, and_, delete, exists, false, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, aliased
 
-from futureworld.domain import OutcomeStatus, Reward
-from storage.repositories._sql import insert_new
-from storage.repositories.questions import current_outcomes
-from storage.tables import RewardRow, RolloutRow
+from futureworld.domain import (
+    Outcome,
+    OutcomeStatus,
+    QuestionKind,
+    Reward,
+    Trajectory,
+)
+from storage.repositories._sql import dialect, insert_new
+from storage.repositories.questions import current_outcomes, outcome_from_row
+from storage.repositories.rollouts import trajectory_from_row
+from storage.tables import BackfillQueueRow, OutcomeRow, QuestionRow, RewardRow, RolloutRow
+
+ApplicableRewards = Mapping[QuestionKind, Sequence[str]]
+"""Question kind → the names of the reward functions that score it."""
+
+_NO_TOKENS = {
+    "prompt_token_ids": b"",
+    "completion_token_ids": b"",
+    "loss_mask": b"",
+    "behaviour_logprobs": b"",
+}
+_ANSWER_COLUMNS = [c for c in RolloutRow.__table__.columns if c.name not in _NO_TOKENS]
+
+_REWARD_COLUMNS = (
+    "rollout_id",
+    "reward_fn",
+    "outcome_revision",
+    "value",
+    "components",
+    "voided",
+    "provisional",
+    "created_at",
+)
 
 
 @dataclass(frozen=True)
@@ -22,28 +74,119 @@ class PendingScore:
     outcome_revision: int
 
 
-def rollouts_pending_rewards(session: Session, reward_fns: Sequence[str]) -> list[PendingScore]:
-    """Rollouts whose question's current outcome is resolved and which lack a reward of one of
-    `reward_fns` for that revision."""
-    current = current_outcomes()
-    have = (
-        select(func.count())
-        .select_from(RewardRow)
-        .where(
-            RewardRow.rollout_id == RolloutRow.id,
-            RewardRow.outcome_revision == current.c.revision,
-            RewardRow.reward_fn.in_(list(reward_fns)),
-        )
-        .scalar_subquery()
+def _is_current(outcome: type[OutcomeRow] | Any) -> ColumnElement[bool]:
+    """`outcome` is its question's highest revision (an index probe per row, where the
+    `current_outcomes` subquery would aggregate the whole outcome table)."""
+    later = aliased(OutcomeRow)
+    return ~exists().where(
+        later.question_id == outcome.question_id, later.revision > outcome.revision
     )
+
+
+def _missing_reward(
+    applicable: ApplicableRewards, rollout_id: Any, revision: Any
+) -> ColumnElement[bool]:
+    """Some reward function that applies to the question's kind has no reward for
+    (rollout, revision). Needs QuestionRow in the FROM clause."""
+    per_kind = []
+    for kind, fns in applicable.items():
+        if not fns:
+            continue
+        absent = [
+            ~exists().where(
+                RewardRow.rollout_id == rollout_id,
+                RewardRow.reward_fn == fn,
+                RewardRow.outcome_revision == revision,
+            )
+            for fn in fns
+        ]
+        per_kind.append(and_(QuestionRow.kind == str(kind), or_(*absent)))
+    return or_(*per_kind) if per_kind else false()
+
+
+def rollouts_pending_rewards(session: Session, applicable: ApplicableRewards) -> list[PendingScore]:
+    """Queued rollouts whose question's current outcome is resolved and which lack a reward
+    of a function in `applicable[question kind]` for that revision, by rollout id."""
+    queue, outcome = BackfillQueueRow, OutcomeRow
+    statement = (
+        select(queue.rollout_id, queue.question_id, outcome.revision)
+        .distinct()
+        .join(outcome, outcome.question_id == queue.question_id)
+        .join(QuestionRow, QuestionRow.id == queue.question_id)
+        .where(
+            outcome.status == str(OutcomeStatus.RESOLVED),
+            _is_current(outcome),
+            _missing_reward(applicable, queue.rollout_id, outcome.revision),
+        )
+        .order_by(queue.rollout_id)
+    )
+    return [PendingScore(r, q, rev) for r, q, rev in session.execute(statement).all()]
+
+
+def rollouts_missing_rewards(session: Session, applicable: ApplicableRewards) -> list[PendingScore]:
+    """The definition the queue keeps cheap: every rollout (queued or not) whose question's
+    current outcome is resolved and which lacks an applicable reward for that revision. It
+    reads the whole history; checks and repairs use it, backfill does not."""
+    current = current_outcomes()
     statement = (
         select(RolloutRow.id, RolloutRow.question_id, current.c.revision)
         .join(current, current.c.question_id == RolloutRow.question_id)
-        .where(current.c.status == str(OutcomeStatus.RESOLVED))
-        .where(have < len(reward_fns))
+        .join(QuestionRow, QuestionRow.id == RolloutRow.question_id)
+        .where(
+            current.c.status == str(OutcomeStatus.RESOLVED),
+            _missing_reward(applicable, RolloutRow.id, current.c.revision),
+        )
         .order_by(RolloutRow.id)
     )
     return [PendingScore(r, q, rev) for r, q, rev in session.execute(statement).all()]
+
+
+def queue_rollouts(session: Session, pending: Iterable[PendingScore]) -> int:
+    """Queue rollouts for backfill (e.g. what `rollouts_missing_rewards` found after a new
+    reward function was registered); already queued ones are left alone."""
+    rows = [
+        {
+            "rollout_id": p.rollout_id,
+            "outcome_revision": p.outcome_revision,
+            "question_id": p.question_id,
+        }
+        for p in pending
+    ]
+    inserted = insert_new(
+        session,
+        BackfillQueueRow,
+        rows,
+        lambda row: row,
+        chunk_size=2000,
+        returning=[BackfillQueueRow.rollout_id],
+    )
+    return len(inserted)
+
+
+def rollout_answers(session: Session, rollout_ids: Sequence[int]) -> dict[int, Trajectory]:
+    """rollout id → the rollout as a Trajectory without its token arrays and turns (what the
+    reward functions score), built by the same `trajectory_from_row` as a full load."""
+    if not rollout_ids:
+        return {}
+    rows = session.execute(
+        select(*_ANSWER_COLUMNS).where(RolloutRow.id.in_(list(rollout_ids)))
+    ).mappings()
+    return {
+        row["id"]: trajectory_from_row(cast(RolloutRow, SimpleNamespace(**row, **_NO_TOKENS)))
+        for row in rows
+    }
+
+
+def outcome_revisions(
+    session: Session, keys: Iterable[tuple[int, int]]
+) -> dict[tuple[int, int], Outcome]:
+    """(question id, revision) → that outcome revision, for the keys that exist."""
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    statement = select(OutcomeRow).where(OutcomeRow.question_id.in_(sorted({q for q, _ in wanted})))
+    found = (outcome_from_row(row) for row in session.scalars(statement))
+    return {(o.question_id, o.revision): o for o in found if (o.question_id, o.revision) in wanted}
 
 
 def _reward_values(reward: Reward) -> dict[str, Any]:
@@ -60,7 +203,16 @@ def _reward_values(reward: Reward) -> dict[str, Any]:
 
 
 def insert_rewards(session: Session, rewards: Sequence[Reward]) -> int:
-    """Insert rewards; one that already exists for (rollout, fn, revision) is left alone."""
+    """Insert rewards; one that already exists for (rollout, fn, revision) is left alone.
+    Returns how many were inserted."""
+    if not rewards:
+        return 0
+    if dialect(session) == "postgresql":
+        try:
+            with session.begin_nested():
+                return _copy_rewards(session, rewards)
+        except (IntegrityError, UniqueViolation):
+            pass  # some exist already: the savepoint is rolled back, upsert them instead
     inserted = insert_new(
         session,
         RewardRow,
@@ -73,17 +225,98 @@ def insert_rewards(session: Session, rewards: Sequence[Reward]) -> int:
     return len(inserted)
 
 
-def void_annulled_rewards(session: Session) -> int:
-    """Mark every unvoided reward of a question whose current outcome is annulled as voided."""
-    current = current_outcomes()
-    annulled = select(current.c.question_id).where(current.c.status == str(OutcomeStatus.ANNULLED))
-    rollouts = select(RolloutRow.id).where(RolloutRow.question_id.in_(annulled))
-    result = session.execute(
-        update(RewardRow)
-        .where(RewardRow.rollout_id.in_(rollouts), RewardRow.voided.is_(False))
-        .values(voided=True)
+def _copy_rewards(session: Session, rewards: Sequence[Reward]) -> int:
+    raw = session.connection().connection.driver_connection
+    columns = ", ".join(f'"{c}"' for c in _REWARD_COLUMNS)
+    with raw.cursor() as cursor:
+        with cursor.copy(f"COPY reward ({columns}) FROM STDIN") as copy:
+            for r in rewards:
+                copy.write_row(
+                    (
+                        r.rollout_id,
+                        r.reward_fn,
+                        r.outcome_revision,
+                        r.value,
+                        json.dumps(r.components),
+                        r.voided,
+                        r.provisional,
+                        r.created_at,
+                    )
+                )
+        return cursor.rowcount
+
+
+def settle_backfill_queue(
+    session: Session, applicable: ApplicableRewards, rollout_ids: Sequence[int]
+) -> int:
+    """Delete the queue rows of these rollouts that need nothing more: each rollout has every
+    applicable reward at its question's current (resolved) revision, and the row's revision
+    is not newer. Returns the rows deleted."""
+    if not rollout_ids:
+        return 0
+    queue, outcome = BackfillQueueRow, OutcomeRow
+    done = (
+        select(queue.rollout_id)
+        .join(outcome, outcome.question_id == queue.question_id)
+        .join(QuestionRow, QuestionRow.id == queue.question_id)
+        .where(
+            queue.rollout_id.in_(list(rollout_ids)),
+            outcome.status == str(OutcomeStatus.RESOLVED),
+            _is_current(outcome),
+            outcome.revision >= queue.outcome_revision,
+            ~_missing_reward(applicable, queue.rollout_id, outcome.revision),
+        )
     )
-    return int(result.rowcount or 0)
+    return _delete_queued(session, done)
+
+
+def _delete_queued(session: Session, rows: Any) -> int:
+    """Delete the queue rows that `rows` (a select of rollout_id, outcome_revision over the
+    queue) names."""
+    keys = session.execute(rows.add_columns(BackfillQueueRow.outcome_revision)).all()
+    deleted = 0
+    by_revision: dict[int, list[int]] = {}
+    for rollout_id, revision in keys:
+        by_revision.setdefault(revision, []).append(rollout_id)
+    for revision, ids in by_revision.items():
+        for start in range(0, len(ids), 5000):
+            result = session.execute(
+                delete(BackfillQueueRow).where(
+                    BackfillQueueRow.outcome_revision == revision,
+                    BackfillQueueRow.rollout_id.in_(ids[start : start + 5000]),
+                )
+            )
+            deleted += int(result.rowcount or 0)
+    return deleted
+
+
+def void_annulled_rewards(session: Session) -> int:
+    """Void every unvoided reward of the queued rollouts whose question's current outcome is
+    annulled, and settle their queue rows. Returns the rewards voided."""
+    queue, outcome = BackfillQueueRow, OutcomeRow
+    annulled = (
+        select(queue.rollout_id)
+        .join(outcome, outcome.question_id == queue.question_id)
+        .where(
+            outcome.status == str(OutcomeStatus.ANNULLED),
+            _is_current(outcome),
+            outcome.revision >= queue.outcome_revision,
+        )
+    )
+    rollout_ids = sorted(set(session.scalars(annulled)))
+    voided = 0
+    for start in range(0, len(rollout_ids), 5000):
+        result = session.execute(
+            update(RewardRow)
+            .where(
+                RewardRow.rollout_id.in_(rollout_ids[start : start + 5000]),
+                RewardRow.voided.is_(False),
+            )
+            .values(voided=True)
+        )
+        voided += int(result.rowcount or 0)
+    _delete_queued(session, annulled)
+    return voided
 
 
 def current_rewards(

@@ -14,6 +14,7 @@ from futureworld.domain import (
     Outcome,
     OutcomeStatus,
     Question,
+    QuestionKind,
     QuestionStatus,
     Reward,
     Trajectory,
@@ -40,6 +41,7 @@ from storage.search import ArticleCorpus
 from storage.tables import OutcomeRow, QuestionRow, RolloutRow, TurnRow
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
+BRIER_ONLY = {QuestionKind.BINARY: ["brier"]}
 
 
 def make_question(i: int, **overrides) -> Question:
@@ -61,7 +63,7 @@ def test_migrations_run_from_empty(tmp_path, postgres_url: str) -> None:
         engine = make_engine(url)
         upgrade_database(engine)
         upgrade_database(engine)  # idempotent
-        assert current_revision(engine) == "0002"
+        assert current_revision(engine) == "0003"
         names = set(inspect(engine).get_table_names())
         assert {
             "question",
@@ -187,7 +189,7 @@ def test_rewards_exactly_once_per_revision_and_voided_by_annulment(engine) -> No
         qid = list_questions(session)[0].id
         agent = ensure_agent(session, Agent(name="a", base_model="m", backend="local"))
         insert_rollouts(session, [_trajectory(qid, agent.id, s) for s in range(2)])
-        assert rollouts_pending_rewards(session, ["brier"]) == []
+        assert rollouts_pending_rewards(session, BRIER_ONLY) == []
         record_outcomes(
             session,
             [
@@ -200,7 +202,7 @@ def test_rewards_exactly_once_per_revision_and_voided_by_annulment(engine) -> No
                 )
             ],
         )
-        pending = rollouts_pending_rewards(session, ["brier"])
+        pending = rollouts_pending_rewards(session, BRIER_ONLY)
         assert len(pending) == 2
         rewards = [
             Reward(rollout_id=p.rollout_id, reward_fn="brier", outcome_revision=1, value=-0.5625)
@@ -208,7 +210,7 @@ def test_rewards_exactly_once_per_revision_and_voided_by_annulment(engine) -> No
         ]
         assert insert_rewards(session, rewards) == 2
         assert insert_rewards(session, rewards) == 0
-        assert rollouts_pending_rewards(session, ["brier"]) == []
+        assert rollouts_pending_rewards(session, BRIER_ONLY) == []
         assert len(current_rewards(session, "brier")) == 2
         record_outcomes(
             session,
