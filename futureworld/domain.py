@@ -2,11 +2,20 @@
 
 Frozen dataclasses with no I/O and no imports of ours. Storage translates them to and
 from table rows; flows pass them between stages. All datetimes are tz-aware UTC.
+
+Question kinds. A choice question's options live in `Question.options` (labelled A, B, C …
+in prompts and answers) and whether they are ordered in `extra["ordered_options"]`; a numeric
+question's range lives in `extra["numeric"]` (`NumericSpec.to_extra`). Both are validated when
+the Question is built, so a bad spec fails at harvest, naming the question, and storage keeps
+them in its existing `options`/`extra` JSON columns (no migration). Date questions are numeric
+questions on a time axis: values are POSIX seconds (UTC).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
+import math
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -16,9 +25,18 @@ class QuestionKind(StrEnum):
     BINARY = "binary"
     """P(yes) forecast, outcome 1 or 0."""
     CHOICE = "choice"
-    """One of `options`, answered with an option index and a confidence (RLCR)."""
+    """Multiple choice: exactly one of `options` happens. Answered with a probability per
+    option; the outcome is the option's index. The stored value stays "choice" (the platforms'
+    "multiple_choice" / "MULTIPLE_CHOICE" are accepted as aliases when read)."""
     NUMERIC = "numeric"
-    """A number, answered with quantiles (CRPS)."""
+    """A number (or a date on a time axis) in a `NumericSpec` range, answered with quantiles at
+    `QUANTILE_LEVELS` (CRPS); the outcome is the number."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> QuestionKind | None:
+        if isinstance(value, str) and value.lower().replace("-", "_") == "multiple_choice":
+            return cls.CHOICE
+        return None
 
 
 class QuestionStatus(StrEnum):
@@ -47,7 +65,138 @@ class ParseStatus(StrEnum):
     MALFORMED = "malformed"
     """An answer tag whose content is not a number."""
     OUT_OF_RANGE = "out_of_range"
-    """A number outside [0, 1]."""
+    """A probability outside [0, 1], or a quantile beyond a closed bound of the range."""
+    WRONG_FORMAT = "wrong_format"
+    """A complete answer tag of another question kind (e.g. <probability> on a choice question)."""
+    UNKNOWN_OPTION = "unknown_option"
+    """A choice answer names a label that is not one of the question's options."""
+    DUPLICATE = "duplicate"
+    """A choice answer gives one option twice, or a quantile answer one level twice."""
+    BAD_SUM = "bad_sum"
+    """Choice probabilities whose sum is further than CHOICE_SUM_TOLERANCE from 1."""
+    WRONG_LEVELS = "wrong_levels"
+    """A quantile answer whose levels are not exactly QUANTILE_LEVELS."""
+    NOT_MONOTONE = "not_monotone"
+    """Quantile values that decrease as the level rises."""
+
+
+QUANTILE_LEVELS: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
+"""The levels every numeric answer gives, so [q25, q75] and [q5, q95] are the 50% and 90%
+central intervals. Fixed system-wide: one format for the model to learn and one CRPS."""
+
+CHOICE_SUM_TOLERANCE = 0.1
+"""Choice probabilities summing to within this of 1 are divided by their sum; further off,
+the answer is BAD_SUM (a vector summing to 2.7 is not a distribution the agent meant)."""
+
+MAX_CHOICE_OPTIONS = 26
+"""Options are labelled A … Z."""
+
+
+def option_label(index: int) -> str:
+    """The letter an option is shown and answered with: 0 → A, 1 → B …"""
+    if not 0 <= index < MAX_CHOICE_OPTIONS:
+        raise ValueError(f"option index {index} is outside [0, {MAX_CHOICE_OPTIONS})")
+    return chr(ord("A") + index)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChoiceSpec:
+    """A multiple-choice question's options; exactly one of them is the outcome."""
+
+    options: tuple[str, ...]
+    """2 to 26 distinct, non-empty option texts, in the platform's order."""
+    ordered: bool = False
+    """The options lie on a scale (e.g. ranges of a number): the ranked probability score
+    applies. Stored as extra["ordered_options"]."""
+
+    def __post_init__(self) -> None:
+        options = tuple(self.options)
+        object.__setattr__(self, "options", options)
+        if not 2 <= len(options) <= MAX_CHOICE_OPTIONS:
+            raise ValueError(f"a choice question needs 2 to 26 options, got {len(options)}")
+        if any(not str(o).strip() for o in options):
+            raise ValueError(f"choice options must be non-empty texts, got {list(options)}")
+        if len(set(options)) != len(options):
+            raise ValueError(f"choice options must be distinct, got {list(options)}")
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(option_label(i) for i in range(len(self.options)))
+
+    def to_extra(self) -> dict[str, Any]:
+        return {"ordered_options": self.ordered}
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericSpec:
+    """A numeric question's range. Stored as extra["numeric"] (`to_extra` / `from_extra`).
+
+    Bounds are closed unless open: a closed bound is where the outcome is clipped (it cannot
+    fall beyond it), an open one only marks where the platform's range ends. Scores and the
+    reward are computed on the unit axis `normalise(x)`, so CRPS is in units of the range.
+    """
+
+    lower: float
+    upper: float
+    open_lower: bool = False
+    open_upper: bool = False
+    log_scale: bool = False
+    """Positions are taken on ln x (requires lower > 0): for quantities spanning magnitudes."""
+    unit: str = ""
+    """Shown in the prompt: "units", "USD", "%" …"""
+    time_axis: bool = False
+    """A date question: values are POSIX seconds (UTC), shown and answered as YYYY-MM-DD."""
+
+    def __post_init__(self) -> None:
+        for name in ("lower", "upper"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"numeric range {name} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"numeric range {name} must be finite, got {value}")
+            object.__setattr__(self, name, float(value))
+        if not self.lower < self.upper:
+            raise ValueError(f"numeric range needs lower < upper, got [{self.lower}, {self.upper}]")
+        if self.log_scale and self.lower <= 0.0:
+            raise ValueError(f"a log-scale range needs lower > 0, got {self.lower}")
+        if self.log_scale and self.time_axis:
+            raise ValueError("a date question cannot have a log scale")
+
+    def normalise(self, value: float) -> float:
+        """The position of `value` on the unit axis: 0 at lower, 1 at upper (beyond for open
+        bounds); on ln x for a log scale. Raises for x <= 0 on a log scale."""
+        if self.log_scale:
+            if value <= 0.0:
+                raise ValueError(f"{value} has no position on a log scale")
+            lo, hi = math.log(self.lower), math.log(self.upper)
+            return (math.log(value) - lo) / (hi - lo)
+        return (value - self.lower) / (self.upper - self.lower)
+
+    def admits(self, value: float) -> bool:
+        """Whether `value` can be the outcome or a quantile: finite, not beyond a closed bound,
+        and > 0 on a log scale."""
+        if not math.isfinite(value) or (self.log_scale and value <= 0.0):
+            return False
+        if not self.open_lower and value < self.lower:
+            return False
+        return self.open_upper or value <= self.upper
+
+    def to_extra(self) -> dict[str, Any]:
+        return {"numeric": asdict(self)}
+
+    @classmethod
+    def from_extra(cls, extra: dict[str, Any]) -> NumericSpec:
+        """The spec stored in a question's extra; ValueError naming what is wrong."""
+        data = extra.get("numeric")
+        if not isinstance(data, dict):
+            raise ValueError('a numeric question needs extra["numeric"] with its range')
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f'extra["numeric"] has unknown fields {sorted(unknown)}')
+        try:
+            return cls(**data)
+        except TypeError as error:
+            raise ValueError(f'extra["numeric"] is incomplete: {error}') from None
 
 
 def utc_now() -> datetime:
@@ -81,12 +230,19 @@ class Question:
     resolve_by: datetime | None = None
     status: QuestionStatus = QuestionStatus.OPEN
     crowd_probability: float | None = None
-    """Crowd / market P(yes) at harvest (cut-off) time, if the source has one."""
+    """Crowd / market P(yes) at harvest (cut-off) time, if the source has one (binary)."""
     options: tuple[str, ...] = ()
+    """Choice questions: the option texts (see ChoiceSpec)."""
     extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    """Source-specific data, plus the kind's spec: "ordered_options" (choice), "numeric"
+    (NumericSpec), and the crowd's forecast of a non-binary question when the source has one:
+    "crowd_probabilities" (choice, one per option) or "crowd_quantiles" (numeric, at
+    QUANTILE_LEVELS)."""
     id: int | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", QuestionKind(self.kind))
+        object.__setattr__(self, "options", tuple(self.options))
         for name in ("created_at", "info_cutoff_at", "close_at", "resolve_by"):
             value = getattr(self, name)
             if value is not None:
@@ -96,6 +252,57 @@ class Question:
                 f"question {self.source}/{self.external_id}: crowd_probability "
                 f"{self.crowd_probability} is outside [0, 1]"
             )
+        try:
+            if self.kind is QuestionKind.BINARY and self.options:
+                raise ValueError(f"a binary question has no options, got {self.options}")
+            self.crowd_forecast  # noqa: B018 - validates the kind's spec and crowd forecast
+        except ValueError as error:
+            raise ValueError(f"question {self.source}/{self.external_id}: {error}") from None
+
+    @property
+    def choice_spec(self) -> ChoiceSpec:
+        """The options of a choice question; ValueError for other kinds."""
+        if self.kind is not QuestionKind.CHOICE:
+            raise ValueError(f"a {self.kind} question has no choice spec")
+        ordered = self.extra.get("ordered_options", False)
+        if not isinstance(ordered, bool):
+            raise ValueError(f'extra["ordered_options"] must be true or false, got {ordered!r}')
+        return ChoiceSpec(options=self.options, ordered=ordered)
+
+    @property
+    def numeric_spec(self) -> NumericSpec:
+        """The range of a numeric question; ValueError for other kinds."""
+        if self.kind is not QuestionKind.NUMERIC:
+            raise ValueError(f"a {self.kind} question has no numeric spec")
+        return NumericSpec.from_extra(self.extra)
+
+    @property
+    def crowd_forecast(self) -> tuple[float, ...] | None:
+        """The crowd's forecast of a non-binary question (after validating the kind's spec):
+        per-option probabilities (choice) or quantiles at QUANTILE_LEVELS (numeric); None when
+        the source has none, and for binary questions (see crowd_probability)."""
+        if self.kind is QuestionKind.BINARY:
+            return None
+        choice = self.kind is QuestionKind.CHOICE
+        if choice:
+            size = len(self.choice_spec.options)
+        else:
+            self.numeric_spec  # noqa: B018 - validates the range
+            size = len(QUANTILE_LEVELS)
+        key = "crowd_probabilities" if choice else "crowd_quantiles"
+        values = self.extra.get(key)
+        if values is None:
+            return None
+        ok = isinstance(values, list | tuple) and len(values) == size
+        ok = ok and all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+        if ok and choice:
+            ok = all(0.0 <= v <= 1.0 for v in values)
+        elif ok:
+            ok = all(a <= b for a, b in itertools.pairwise(values))
+        if not ok:
+            shape = f"{size} probabilities" if choice else f"{size} non-decreasing quantiles"
+            raise ValueError(f"extra[{key!r}] must be {shape}, got {values!r}")
+        return tuple(float(v) for v in values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -278,7 +485,11 @@ class Trajectory:
     p_yes: float | None = None
     """The final answer (binary), or the confidence in `choice` (choice questions)."""
     choice: int | None = None
+    """Choice questions: the most probable option (lowest index on ties), RLCR's answer."""
     quantiles: tuple[float, ...] = ()
+    """Numeric questions: the values at QUANTILE_LEVELS, non-decreasing."""
+    probabilities: tuple[float, ...] = ()
+    """Choice questions: P(option i) for every option, normalised to sum to 1."""
     parse_status: ParseStatus = ParseStatus.OK
     stop_reason: StopReason = StopReason.ANSWERED
     sampling: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)

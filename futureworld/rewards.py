@@ -4,6 +4,11 @@ Rewards are higher-is-better and built on the scoring rules of `futureworld.scor
 Each function returns None when it does not apply to the question's kind; backfill calls
 every applicable function once per (trajectory, reward function, outcome revision).
 Annulled outcomes are never scored: the caller voids rewards instead, so scoring one raises.
+
+Choice answers are scored by RLCR on the answer's most probable option and its probability
+(the parser's `choice` and `p_yes`); numeric answers by −CRPS on the unit axis of the
+question's NumericSpec, i.e. −CRPS/scale with scale = upper − lower (ln upper − ln lower on a
+log scale), floored at NUMERIC_REWARD_FLOOR.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from enum import StrEnum
 
 from futureworld import scoring
 from futureworld.domain import (
+    QUANTILE_LEVELS,
     Outcome,
     OutcomeStatus,
     ParseStatus,
@@ -30,6 +36,11 @@ so answering badly always beats not answering."""
 
 LOG_SCORE_UNPARSEABLE_REWARD = math.log(scoring.LOG_SCORE_CLIP[0]) - 0.25
 """Same idea for the clipped log score, whose worst valid value is ln 0.01 ≈ −4.61."""
+
+NUMERIC_REWARD_FLOOR = -1.0
+"""Lowest reward of a valid numeric answer. Within closed bounds −CRPS/scale ≥ −1 already
+(every pinball term is at most τ·scale, and 2·mean(τ) = 1 for QUANTILE_LEVELS); the floor
+only bites on outcomes far beyond an open bound, so answering still beats not answering."""
 
 
 class AnnulledOutcomeError(ValueError):
@@ -109,20 +120,42 @@ def log_score_reward(
     return RewardValue(value, {"p_yes": p, "outcome": y, "log_score": value})
 
 
+def _choice_outcome(question: Question, outcome: Outcome) -> int:
+    value = _resolved_value(question, outcome)
+    n_options = len(question.choice_spec.options)
+    if not (value.is_integer() and 0 <= value < n_options):
+        raise ValueError(
+            f"choice question {question.source}/{question.external_id} has outcome {value}; "
+            f"expected an option index in [0, {n_options})"
+        )
+    return int(value)
+
+
+def _numeric_outcome(question: Question, outcome: Outcome) -> float:
+    value = _resolved_value(question, outcome)
+    if not question.numeric_spec.admits(value):
+        raise ValueError(
+            f"numeric question {question.source}/{question.external_id} has outcome {value} "
+            f"outside its range {question.numeric_spec}"
+        )
+    return value
+
+
 def rlcr_reward(trajectory: Trajectory, question: Question, outcome: Outcome) -> RewardValue | None:
-    """Choice: R = 1[choice = outcome] − (q − 1[choice = outcome])², q = trajectory.p_yes.
+    """Choice: R = 1[choice = outcome] − (q − 1[choice = outcome])², where `choice` is the
+    answer's most probable option and q = trajectory.p_yes its probability.
 
     A missing choice or confidence, or a choice outside the options, scores −1.25.
     """
     if question.kind is not QuestionKind.CHOICE:
         return None
-    answer = _resolved_value(question, outcome)
+    answer = _choice_outcome(question, outcome)
     q = _parsed_p_yes(trajectory)
     n_options = len(question.options)
     choice = trajectory.choice
-    if q is None or choice is None or (n_options and not 0 <= choice < n_options):
+    if q is None or choice is None or not 0 <= choice < n_options:
         return RewardValue(UNPARSEABLE_REWARD, {"outcome": answer, "parse_failed": 1.0})
-    correct = choice == int(answer)
+    correct = choice == answer
     value = scoring.rlcr_reward(correct, q)
     return RewardValue(
         value,
@@ -131,35 +164,30 @@ def rlcr_reward(trajectory: Trajectory, question: Question, outcome: Outcome) ->
 
 
 def crps_reward(trajectory: Trajectory, question: Question, outcome: Outcome) -> RewardValue | None:
-    """Numeric: R = −CRPS / scale, CRPS ≈ (2/K) Σ_k pinball_τk(y − q_k).
+    """Numeric: R = max(−CRPS/scale, −1), CRPS ≈ (2/K) Σ_k pinball_τk(y − q_k) at
+    QUANTILE_LEVELS, computed on the unit axis of the question's NumericSpec.
 
-    scale = question.extra["scale"] (default 1; choose it so typical CRPS/scale ≲ 1, since a
-    missing or unsorted answer scores −1.25). Levels τ_k = question.extra["quantile_levels"],
-    default k/(K + 1).
+    A missing, unsorted or out-of-range answer scores −1.25.
     """
     if question.kind is not QuestionKind.NUMERIC:
         return None
-    y = _resolved_value(question, outcome)
-    scale = float(question.extra.get("scale", 1.0))
-    if not scale > 0.0:
-        raise ValueError(
-            f"question {question.source}/{question.external_id}: scale must be > 0, got {scale}"
-        )
+    spec = question.numeric_spec
+    y = _numeric_outcome(question, outcome)
     quantiles = trajectory.quantiles
-    levels = tuple(
-        question.extra.get("quantile_levels", scoring.evenly_spaced_levels(max(len(quantiles), 1)))
-    )
     usable = (
         trajectory.parse_status is ParseStatus.OK
-        and len(quantiles) > 0
-        and len(quantiles) == len(levels)
-        and all(math.isfinite(v) for v in quantiles)
+        and len(quantiles) == len(QUANTILE_LEVELS)
+        and all(spec.admits(v) for v in quantiles)
         and all(a <= b for a, b in itertools.pairwise(quantiles))
     )
     if not usable:
         return RewardValue(UNPARSEABLE_REWARD, {"outcome": y, "parse_failed": 1.0})
-    crps = float(scoring.crps_from_quantiles(quantiles, levels, y))
-    return RewardValue(-crps / scale, {"outcome": y, "crps": crps, "scale": scale})
+    unit_quantiles = [spec.normalise(v) for v in quantiles]
+    crps = float(scoring.crps_from_quantiles(unit_quantiles, QUANTILE_LEVELS, spec.normalise(y)))
+    return RewardValue(
+        max(-crps, NUMERIC_REWARD_FLOOR),
+        {"outcome": y, "crps": crps, "median": quantiles[QUANTILE_LEVELS.index(0.5)]},
+    )
 
 
 class RewardFn(StrEnum):

@@ -8,7 +8,10 @@ from datetime import UTC, datetime
 import pytest
 
 from futureworld import rewards
+from futureworld.agent.parsing import parse_final_answer
 from futureworld.domain import (
+    QUANTILE_LEVELS,
+    NumericSpec,
     Outcome,
     OutcomeStatus,
     ParseStatus,
@@ -32,6 +35,16 @@ def _question(kind: QuestionKind = QuestionKind.BINARY, **kwargs: object) -> Que
         id=7,
         **kwargs,
     )
+
+
+def _choice_question(n_options: int = 3) -> Question:
+    return _question(QuestionKind.CHOICE, options=tuple("abcdefg"[:n_options]))
+
+
+def _numeric_question(**spec: object) -> Question:
+    fields: dict[str, object] = {"lower": 0.0, "upper": 10.0}
+    fields.update(spec)
+    return _question(QuestionKind.NUMERIC, extra=NumericSpec(**fields).to_extra())  # type: ignore[arg-type]
 
 
 def _outcome(value: float | None, status: OutcomeStatus = OutcomeStatus.RESOLVED) -> Outcome:
@@ -96,9 +109,9 @@ def test_log_score_reward_is_clipped_log_likelihood() -> None:
 
 def test_annulled_outcome_raises_a_clear_error() -> None:
     annulled = _outcome(None, OutcomeStatus.ANNULLED)
+    questions = [_question(), _choice_question(), _numeric_question()]
     for fn in REWARD_FUNCTIONS.values():
-        for kind in QuestionKind:
-            question = _question(kind, options=("a", "b"))
+        for question in questions:
             if fn(_trajectory(p_yes=0.5, choice=0), question, _outcome(0.0)) is None:
                 continue
             with pytest.raises(rewards.AnnulledOutcomeError, match="annulled"):
@@ -119,7 +132,7 @@ def test_outcome_of_another_question_is_rejected() -> None:
 
 
 def test_rewards_return_none_for_questions_of_another_kind() -> None:
-    choice_q = _question(QuestionKind.CHOICE, options=("a", "b", "c"))
+    choice_q = _choice_question()
     assert REWARD_FUNCTIONS[RewardFn.BRIER](_trajectory(p_yes=0.5), choice_q, _outcome(1)) is None
     assert REWARD_FUNCTIONS[RewardFn.RLCR](_trajectory(p_yes=0.5), _question(), _outcome(1)) is None
     assert REWARD_FUNCTIONS[RewardFn.CRPS](_trajectory(p_yes=0.5), _question(), _outcome(1)) is None
@@ -127,12 +140,12 @@ def test_rewards_return_none_for_questions_of_another_kind() -> None:
 
 def test_applicable_rewards_follow_the_question_kind() -> None:
     assert rewards.applicable_rewards(_question()) == [RewardFn.BRIER, RewardFn.LOG_SCORE]
-    assert rewards.applicable_rewards(_question(QuestionKind.CHOICE)) == [RewardFn.RLCR]
-    assert rewards.applicable_rewards(_question(QuestionKind.NUMERIC)) == [RewardFn.CRPS]
+    assert rewards.applicable_rewards(_choice_question()) == [RewardFn.RLCR]
+    assert rewards.applicable_rewards(_numeric_question()) == [RewardFn.CRPS]
 
 
 def test_rlcr_reward_compares_choice_with_outcome_index() -> None:
-    question = _question(QuestionKind.CHOICE, options=("a", "b", "c"))
+    question = _choice_question()
     rlcr = REWARD_FUNCTIONS[RewardFn.RLCR]
     right = rlcr(_trajectory(choice=2, p_yes=0.8), question, _outcome(2.0))
     assert right.value == pytest.approx(1.0 - 0.04)
@@ -143,21 +156,86 @@ def test_rlcr_reward_compares_choice_with_outcome_index() -> None:
     assert rlcr(_trajectory(choice=5, p_yes=0.8), question, _outcome(2.0)).value == -1.25
 
 
-def test_crps_reward_is_negative_scaled_crps() -> None:
-    question = _question(
-        QuestionKind.NUMERIC, extra={"scale": 2.0, "quantile_levels": [0.25, 0.5, 0.75]}
+def test_rlcr_reward_scores_the_parsed_choice_answer() -> None:
+    question = _choice_question()
+    answer = parse_final_answer("<probabilities>A: 0.1, B: 0.6, C: 0.3</probabilities>", question)
+    trajectory = _trajectory(
+        p_yes=answer.p_yes, choice=answer.choice, probabilities=answer.probabilities
     )
+    result = REWARD_FUNCTIONS[RewardFn.RLCR](trajectory, question, _outcome(1.0))
+    assert result.value == pytest.approx(1.0 - 0.4**2)
+    wrong = REWARD_FUNCTIONS[RewardFn.RLCR](trajectory, question, _outcome(2.0))
+    assert wrong.value == pytest.approx(-(0.6**2))
+
+
+@pytest.mark.parametrize("value", [3.0, 1.5, -1.0])
+def test_choice_outcome_must_be_an_option_index(value: float) -> None:
+    with pytest.raises(ValueError, match=r"expected an option index in \[0, 3\)"):
+        REWARD_FUNCTIONS[RewardFn.RLCR](
+            _trajectory(p_yes=0.5, choice=0), _choice_question(), _outcome(value)
+        )
+
+
+def _slow_crps_reward(quantiles: list[float], y: float, lower: float, upper: float) -> float:
+    total = 0.0
+    for tau, q in zip(QUANTILE_LEVELS, quantiles, strict=True):
+        u, v = (q - lower) / (upper - lower), (y - lower) / (upper - lower)
+        total += tau * (v - u) if v >= u else (tau - 1.0) * (v - u)
+    return -2.0 * total / len(QUANTILE_LEVELS)
+
+
+def test_crps_reward_is_negative_crps_in_units_of_the_range() -> None:
+    question = _numeric_question(lower=10.0, upper=30.0)
+    quantiles = [12.0, 15.0, 18.0, 20.0, 26.0]
     crps = REWARD_FUNCTIONS[RewardFn.CRPS]
-    result = crps(_trajectory(quantiles=(1.0, 2.0, 3.0)), question, _outcome(2.5))
-    # CRPS = (2/3)(0.375 + 0.25 + 0.125) = 0.5, scaled by 2
-    assert result.value == pytest.approx(-0.25)
-    assert result.components["crps"] == pytest.approx(0.5)
-    assert crps(_trajectory(quantiles=()), question, _outcome(2.5)).value == -1.25
-    assert crps(_trajectory(quantiles=(3.0, 2.0, 1.0)), question, _outcome(2.5)).value == -1.25
+    result = crps(_trajectory(quantiles=tuple(quantiles)), question, _outcome(19.0))
+    assert result.value == pytest.approx(_slow_crps_reward(quantiles, 19.0, 10.0, 30.0))
+    assert result.components["crps"] == pytest.approx(-result.value)
+    assert result.components["median"] == 18.0
+    perfect = crps(_trajectory(quantiles=(19.0,) * 5), question, _outcome(19.0))
+    assert perfect.value == 0.0
 
 
-def test_crps_reward_defaults_to_unit_scale_and_even_levels() -> None:
-    question = _question(QuestionKind.NUMERIC)
-    result = REWARD_FUNCTIONS[RewardFn.CRPS](_trajectory(quantiles=(0.0,)), question, _outcome(4.0))
-    # one quantile at level 0.5: CRPS = 2 · 0.5 · 4 = 4
-    assert result.value == pytest.approx(-4.0)
+def test_crps_reward_of_the_worst_answer_within_closed_bounds_is_minus_one() -> None:
+    question = _numeric_question(lower=0.0, upper=10.0)
+    worst = REWARD_FUNCTIONS[RewardFn.CRPS](
+        _trajectory(quantiles=(0.0,) * 5), question, _outcome(10.0)
+    )
+    assert worst.value == pytest.approx(-1.0)
+    open_question = _numeric_question(lower=0.0, upper=10.0, open_upper=True)
+    far = REWARD_FUNCTIONS[RewardFn.CRPS](
+        _trajectory(quantiles=(0.0,) * 5), open_question, _outcome(500.0)
+    )
+    assert far.value == rewards.NUMERIC_REWARD_FLOOR and far.components["crps"] > 1.0
+
+
+def test_crps_reward_takes_log_scale_positions() -> None:
+    question = _numeric_question(lower=1.0, upper=10_000.0, log_scale=True)
+    quantiles = (10.0, 50.0, 100.0, 200.0, 1000.0)
+    result = REWARD_FUNCTIONS[RewardFn.CRPS](
+        _trajectory(quantiles=quantiles), question, _outcome(100.0)
+    )
+    logs = [math.log10(q) for q in quantiles]
+    assert result.value == pytest.approx(_slow_crps_reward(logs, 2.0, 0.0, 4.0))
+
+
+@pytest.mark.parametrize(
+    "trajectory",
+    [
+        _trajectory(quantiles=()),
+        _trajectory(quantiles=(1.0, 2.0, 3.0)),
+        _trajectory(quantiles=(5.0, 4.0, 6.0, 7.0, 8.0)),
+        _trajectory(quantiles=(-1.0, 4.0, 6.0, 7.0, 8.0)),
+        _trajectory(quantiles=(1.0, 4.0, 6.0, 7.0, 8.0), parse_status=ParseStatus.NOT_MONOTONE),
+    ],
+)
+def test_unusable_quantile_answers_score_minus_one_and_a_quarter(trajectory: Trajectory) -> None:
+    result = REWARD_FUNCTIONS[RewardFn.CRPS](trajectory, _numeric_question(), _outcome(5.0))
+    assert result.value == rewards.UNPARSEABLE_REWARD
+
+
+def test_numeric_outcome_beyond_a_closed_bound_is_rejected() -> None:
+    with pytest.raises(ValueError, match="outside its range"):
+        REWARD_FUNCTIONS[RewardFn.CRPS](
+            _trajectory(quantiles=(1.0,) * 5), _numeric_question(), _outcome(11.0)
+        )

@@ -4,7 +4,9 @@
 A JSONL file holds one demonstration per line: `{"prompt": str, "completion": str}` where the
 prompt is raw text (tokenized as is), or `{"question": {...}, "completion": str}` where the
 question (title, background, resolution_criteria, info_cutoff_at, resolve_by …) is rendered
-with the agent's own prompt.
+with the agent's own prompt. A question may name its `kind` ("binary", "choice" or
+"multiple_choice", "numeric") with its `options` and `extra` (e.g. {"numeric": {...}}); the
+completion is then parsed in that kind's answer format.
 """
 
 from __future__ import annotations
@@ -16,9 +18,18 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from futureworld.agent.parsing import parse_answer
-from futureworld.agent.prompts import encode_prompt
-from futureworld.domain import ParseStatus, Question, StopReason, Trajectory, Turn
+from futureworld.agent.parsing import ParsedAnswer, parse_answer, parse_final_answer
+from futureworld.agent.prompts import encode_prompt, format_numeric_value
+from futureworld.domain import (
+    QUANTILE_LEVELS,
+    NumericSpec,
+    ParseStatus,
+    Question,
+    StopReason,
+    Trajectory,
+    Turn,
+    option_label,
+)
 
 
 class DemonstrationFormatError(ValueError):
@@ -33,8 +44,26 @@ class Demonstration:
 
 
 def answer_text(p_yes: float) -> str:
-    """The canonical final answer the agent is taught to give."""
+    """The canonical final answer the agent is taught to give (binary)."""
     return f"<probability>{p_yes:.2f}</probability>"
+
+
+def choice_answer_text(probabilities: tuple[float, ...]) -> str:
+    """The canonical choice answer: every option's label with its probability, two decimals."""
+    entries = ", ".join(f"{option_label(i)}: {p:.2f}" for i, p in enumerate(probabilities))
+    return f"<probabilities>{entries}</probabilities>"
+
+
+def quantile_answer_text(quantiles: tuple[float, ...], spec: NumericSpec) -> str:
+    """The canonical numeric answer: QUANTILE_LEVELS with their values as the prompt writes
+    numbers (dates on a time axis)."""
+    if len(quantiles) != len(QUANTILE_LEVELS):
+        raise ValueError(f"need {len(QUANTILE_LEVELS)} quantiles, got {len(quantiles)}")
+    entries = ", ".join(
+        f"{round(level * 100)}%: {format_numeric_value(value, spec)}"
+        for level, value in zip(QUANTILE_LEVELS, quantiles, strict=True)
+    )
+    return f"<quantiles>{entries}</quantiles>"
 
 
 def demonstration_trajectory(
@@ -61,7 +90,12 @@ def demonstration_trajectory(
         prompt = tokenizer(demonstration.prompt or "", add_special_tokens=False)["input_ids"]
         question_id = 0
     completion = tokenizer(demonstration.completion, add_special_tokens=False)["input_ids"]
-    p_yes, status = parse_answer(demonstration.completion)
+    if demonstration.question is not None:
+        answer = parse_final_answer(demonstration.completion, demonstration.question)
+    else:
+        p_yes, binary_status = parse_answer(demonstration.completion)
+        answer = ParsedAnswer(status=binary_status, p_yes=p_yes)
+    status = answer.status
     return Trajectory(
         question_id=question_id,
         agent_id=agent_id,
@@ -80,7 +114,10 @@ def demonstration_trajectory(
                 token_end=len(completion),
             ),
         ),
-        p_yes=p_yes,
+        p_yes=answer.p_yes,
+        choice=answer.choice,
+        probabilities=answer.probabilities,
+        quantiles=answer.quantiles,
         parse_status=status,
         stop_reason=StopReason.ANSWERED if status is ParseStatus.OK else StopReason.NO_ACTION,
     )
@@ -124,6 +161,9 @@ def _question(data: dict[str, Any], where: str) -> Question:
             created_at=cutoff,
             info_cutoff_at=cutoff,
             resolve_by=resolve_by,
+            kind=str(data.get("kind", "binary")),
+            options=tuple(str(o) for o in data.get("options", ())),
+            extra=dict(data.get("extra", {})),
         )
     except KeyError as error:
         raise DemonstrationFormatError(f"{where}: question is missing field {error}") from None

@@ -1,16 +1,23 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from futureworld.agent.prompts import encode_prompt, observation_frame, render_question
+from futureworld.agent.prompts import (
+    SYSTEM_PROMPT,
+    SYSTEM_PROMPTS,
+    encode_prompt,
+    observation_frame,
+    render_question,
+)
 from futureworld.agent.tools import (
     Corpus,
     InMemoryCorpus,
     format_article,
     format_search_results,
 )
+from futureworld.domain import NumericSpec, QuestionKind
 from futureworld.policy.local import LocalBackend
 from tests.agent.agent_doubles import CUTOFF, make_articles, make_question
 
@@ -59,3 +66,43 @@ def test_observation_frame_closes_the_turn_and_reopens_the_assistant(tiny_backen
     assert before == "<|im_end|>\n<|im_start|>user\n"
     assert after == "<|im_end|>\n<|im_start|>assistant\n"
     assert observation_frame(tiny_backend.tokenizer, role="tool")[0].endswith("tool\n")
+
+
+def test_binary_prompt_is_the_one_the_binary_agents_learned(tiny_backend: LocalBackend):
+    question = make_question()
+    tokenizer = tiny_backend.tokenizer
+    prompt = tokenizer.decode(encode_prompt(tokenizer, question, as_of=CUTOFF))
+    assert SYSTEM_PROMPTS[QuestionKind.BINARY] is SYSTEM_PROMPT and SYSTEM_PROMPT in prompt
+    assert "Options" not in prompt and "Range" not in prompt
+
+
+def test_choice_prompt_lists_labelled_options_and_its_answer_format(tiny_backend: LocalBackend):
+    question = make_question(
+        kind=QuestionKind.CHOICE, options=("Arden Bank", "Borel Labs", "Calder Clinic")
+    )
+    text = render_question(question, as_of=CUTOFF, brief=True)
+    assert "Options:\nA: Arden Bank\nB: Borel Labs\nC: Calder Clinic" in text
+    assert question.background not in text
+    tokenizer = tiny_backend.tokenizer
+    prompt = tokenizer.decode(encode_prompt(tokenizer, question, as_of=CUTOFF))
+    assert "<probabilities>A: 0.2, B: 0.5, C: 0.3</probabilities>" in prompt
+    assert "<probability>p</probability>" not in prompt
+    ordered = make_question(
+        kind=QuestionKind.CHOICE, options=("0-9", "10+"), extra={"ordered_options": True}
+    )
+    assert "Options (ordered):" in render_question(ordered, as_of=CUTOFF)
+
+
+def test_numeric_prompt_states_range_bounds_scale_and_unit(tiny_backend: LocalBackend):
+    spec = NumericSpec(lower=1.0, upper=1e6, open_upper=True, log_scale=True, unit="USD")
+    question = make_question(kind=QuestionKind.NUMERIC, extra=spec.to_extra())
+    text = render_question(question, as_of=CUTOFF)
+    assert "Range: 1 to 1000000 USD (log scale); the outcome can be above 1000000" in text
+    assert "Answer with the quantiles 5%, 25%, 50%, 75%, 95%." in text
+    tokenizer = tiny_backend.tokenizer
+    prompt = tokenizer.decode(encode_prompt(tokenizer, question, as_of=CUTOFF))
+    assert "<quantiles>5%: 10, 25%: 14, 50%: 17, 75%: 21, 95%: 30</quantiles>" in prompt
+    start, end = datetime(2026, 4, 1, tzinfo=UTC), datetime(2026, 6, 30, tzinfo=UTC)
+    dates = NumericSpec(lower=start.timestamp(), upper=end.timestamp(), time_axis=True)
+    dated = make_question(kind=QuestionKind.NUMERIC, extra=dates.to_extra())
+    assert "Range: 2026-04-01 to 2026-06-30\n" in render_question(dated, as_of=CUTOFF)
