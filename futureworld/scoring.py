@@ -3,7 +3,9 @@
 Owns the formulas of ARCHITECTURE.md §5 (Brier, log score, accuracy, ECE, reliability bins,
 Brier Index, Brier skill, bootstrap intervals (plain and paired by question), RLCR, CRPS from
 quantiles). It does not know about trajectories or outcomes (rewards.py) nor about groups of
-forecasts (evaluation.py).
+forecasts (evaluation.py). Binary-only: Brier, log score, accuracy, ECE, reliability bins and
+the Brier Index here; choice forecasts are scored in scoring_choice.py and the calibration of
+numeric ones (interval coverage, PIT) in scoring_numeric.py.
 Sign convention: `brier` and `crps` are lower-is-better; `log_score` and rewards higher-is-better.
 """
 
