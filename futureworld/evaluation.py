@@ -1,8 +1,10 @@
 """Evaluation: score groups of resolved binary forecasts, tabulate them, and plot them.
 
 Owns per-group metric rows (Brier, log score, accuracy, ECE, skill vs crowd and base rate,
-Brier Index, bootstrap CI), the markdown score table, reliability diagrams and per-round line
-plots. The formulas live in `futureworld.scoring`; loading forecasts is the caller's job.
+Brier Index, bootstrap CI), the grouping every kind's table shares, the markdown score table,
+reliability diagrams and per-round line plots. Binary-only apart from the grouping and the
+line plots: choice and numeric forecasts are scored in evaluation_kinds.py. The formulas live
+in `futureworld.scoring`; loading forecasts is the caller's job.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -136,10 +138,26 @@ def score_forecasts(
 ) -> list[ScoreRow]:
     """One ScoreRow per group of `by`; with include_overall (and "source" in `by`), also a row
     with source=None pooling every source of the group's other keys. Sorted by group key."""
+    rows = []
+    for named, members in group_records(records, by=by, include_overall=include_overall):
+        metrics = score_group(members, n_bootstrap=n_bootstrap, seed=seed)
+        rows.append(ScoreRow(**named, **metrics))
+    return rows
+
+
+R = TypeVar("R")
+
+
+def group_records(
+    records: Iterable[R], *, by: Sequence[str], include_overall: bool = True
+) -> list[tuple[dict[str, Any], list[R]]]:
+    """Records grouped by the GROUP_KEYS fields in `by`, sorted by group key: ({key: value or
+    None}, members) pairs; with include_overall (and "source" in `by`) also one group per
+    value of the other keys pooling every source (source None)."""
     unknown = [key for key in by if key not in GROUP_KEYS]
     if unknown:
         raise ValueError(f"cannot group forecasts by {unknown}; choose from {GROUP_KEYS}")
-    groups: dict[tuple[Any, ...], list[ForecastRecord]] = {}
+    groups: dict[tuple[Any, ...], list[R]] = {}
     for record in records:
         values = {key: getattr(record, key) for key in by}
         full = tuple(values.get(key) for key in GROUP_KEYS)
@@ -147,12 +165,10 @@ def score_forecasts(
         if include_overall and "source" in by:
             pooled = tuple(None if key == "source" else values.get(key) for key in GROUP_KEYS)
             groups.setdefault(pooled, []).append(record)
-    rows = []
-    for key in sorted(groups, key=_sort_key):
-        named = dict(zip(GROUP_KEYS, key, strict=True))
-        metrics = score_group(groups[key], n_bootstrap=n_bootstrap, seed=seed)
-        rows.append(ScoreRow(**named, **metrics))
-    return rows
+    return [
+        (dict(zip(GROUP_KEYS, key, strict=True)), groups[key])
+        for key in sorted(groups, key=_sort_key)
+    ]
 
 
 def _cell(value: Any) -> str:

@@ -1,29 +1,57 @@
-"""Evaluate: every resolved binary forecast with its outcome and reference forecasts (the
-crowd's, the base rate's), and the score rows of futureworld.evaluation over them.
+"""Evaluate: every resolved forecast with its outcome and reference forecasts, scored per
+question kind: binary rows (futureworld.evaluation: Brier, log score, ECE, skill vs the crowd
+and the base rate) and choice and numeric rows (futureworld.evaluation_kinds).
 
 Rollouts with unparseable answers are left out of the metrics (their reward says it);
-annulled questions and questions still open are left out too.
+annulled questions and questions still open are left out too. Choice and numeric answers are
+read without token arrays (storage's rollout_answers); a choice rollout is scored from its
+stored probability vector (Trajectory.probabilities).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flows.context import PipelineContext
 from futureworld.baselines import base_rate
-from futureworld.domain import OutcomeStatus, QuestionKind
+from futureworld.domain import (
+    Agent,
+    Outcome,
+    OutcomeStatus,
+    ParseStatus,
+    Question,
+    QuestionKind,
+    Trajectory,
+)
 from futureworld.evaluation import ForecastRecord, ScoreRow, score_forecasts
+from futureworld.evaluation_kinds import (
+    ChoiceForecastRecord,
+    ChoiceScoreRow,
+    NumericForecastRecord,
+    NumericScoreRow,
+    choice_record,
+    numeric_record,
+    score_choice_forecasts,
+    score_numeric_forecasts,
+)
 from storage.engine import session_scope
 from storage.repositories.agents import list_agents
 from storage.repositories.questions import latest_outcomes, list_questions, resolved_history
+from storage.repositories.rewards import rollout_answers
 from storage.repositories.rollouts import forecasts_of
 
 
 @dataclass(frozen=True)
 class Evaluation:
     records: list[ForecastRecord]
+    """Binary forecasts."""
     rows: list[ScoreRow]
+    """Binary score rows."""
+    choice_records: list[ChoiceForecastRecord] = field(default_factory=list)
+    choice_rows: list[ChoiceScoreRow] = field(default_factory=list)
+    numeric_records: list[NumericForecastRecord] = field(default_factory=list)
+    numeric_rows: list[NumericScoreRow] = field(default_factory=list)
 
 
 def forecast_records(
@@ -62,7 +90,64 @@ def forecast_records(
     return records
 
 
+def kind_records(
+    ctx: PipelineContext, agent_names: Sequence[str] | None = None
+) -> tuple[list[ChoiceForecastRecord], list[NumericForecastRecord]]:
+    """One record per parsed choice or numeric rollout whose question has a current resolved
+    outcome, oldest first per agent (numeric ones on their question's unit axis)."""
+    wanted = None if not agent_names else set(agent_names)
+    choice: list[ChoiceForecastRecord] = []
+    numeric: list[NumericForecastRecord] = []
+    with session_scope(ctx.engine) as session:
+        questions = {q.id: q for q in list_questions(session) if q.kind is not QuestionKind.BINARY}
+        outcomes = {
+            qid: o
+            for qid, o in latest_outcomes(session).items()
+            if qid in questions and o.status is OutcomeStatus.RESOLVED
+        }
+        for agent in list_agents(session):
+            if wanted is not None and agent.name not in wanted:
+                continue
+            ids = [
+                f.rollout_id for f in forecasts_of(session, agent.id) if f.question_id in outcomes
+            ]
+            answers = rollout_answers(session, ids)
+            for rollout_id in ids:
+                answer = answers[rollout_id]
+                question = questions[answer.question_id]
+                record = _kind_record(agent, question, outcomes[answer.question_id], answer)
+                if isinstance(record, ChoiceForecastRecord):
+                    choice.append(record)
+                elif record is not None:
+                    numeric.append(record)
+    return choice, numeric
+
+
+def _kind_record(
+    agent: Agent, question: Question, outcome: Outcome, answer: Trajectory
+) -> ChoiceForecastRecord | NumericForecastRecord | None:
+    if answer.parse_status is not ParseStatus.OK or outcome.value is None:
+        return None
+    common = {"agent": agent.name, "policy_version": answer.policy_version, "as_of": answer.as_of}
+    if question.kind is QuestionKind.CHOICE:
+        if not answer.probabilities:
+            return None
+        return choice_record(question, answer.probabilities, outcome.value, **common)
+    if not answer.quantiles:
+        return None
+    return numeric_record(question, answer.quantiles, outcome.value, **common)
+
+
 def evaluate(ctx: PipelineContext, agent_names: Sequence[str] | None = None) -> Evaluation:
-    """Score every agent and policy version side by side, per source and overall."""
+    """Score every agent and policy version side by side, per source and overall, with one
+    table per question kind."""
     records = forecast_records(ctx, agent_names)
-    return Evaluation(records=records, rows=score_forecasts(records))
+    choice, numeric = kind_records(ctx, agent_names)
+    return Evaluation(
+        records=records,
+        rows=score_forecasts(records),
+        choice_records=choice,
+        choice_rows=score_choice_forecasts(choice),
+        numeric_records=numeric,
+        numeric_rows=score_numeric_forecasts(numeric),
+    )
