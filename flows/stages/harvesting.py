@@ -4,6 +4,11 @@ the store, and optionally questions generated from the new articles.
 Each source fails alone: its error is recorded as a pipeline event and reported, and the
 other sources go on. Re-running is idempotent: questions are keyed by (source, external_id),
 articles by guid and link.
+
+Each source asked for is judged (SourceStatus): a platform `failed` when it is unknown, raised,
+or not even its first page came back, `partial` when some pages or items failed; the feeds
+together are the source `rss`, `failed` when no feed answered with articles or a 304, `partial`
+when some feeds or entries failed. The CLI and the daily cycle fail on a failed source.
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ from sqlalchemy import Engine
 
 from flows.context import PipelineContext
 from flows.settings import Settings
-from flows.stages.problems import Problems
+from flows.stages.problems import Problems, SourceStatus, source_verdict
 from futureworld.domain import Article
 from futureworld.sources.http import SourceClient
 from futureworld.sources.platforms import SOURCES, SourceName
 from futureworld.sources.question_gen import GENERATED_SOURCE, generate_questions
-from futureworld.sources.rss import FeedState, fetch_feeds, read_feed_list
+from futureworld.sources.rss import FeedResult, FeedState, fetch_feeds, read_feed_list
 from storage.engine import session_scope
 from storage.repositories.articles import get_feed_state, insert_articles, set_feed_state
 from storage.repositories.questions import upsert_questions
@@ -36,6 +41,13 @@ class HarvestReport:
     articles_seen: int = 0
     per_source: dict[str, Counter[str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    sources: dict[str, SourceStatus] = field(default_factory=dict)
+    """How each source asked for went (the feeds together as `rss`)."""
+
+    @property
+    def verdict(self) -> str | None:
+        """One line when a source failed or was partial; None when all went well."""
+        return source_verdict(self.sources)
 
 
 def configured_feeds(settings: Settings, feeds: Sequence[str] | None) -> list[str]:
@@ -70,6 +82,7 @@ def harvest(
                 problems.add(
                     name, "unknown_source", f"unknown source (known: {known}, {GENERATED_SOURCE})"
                 )
+                report.sources[name] = SourceStatus.FAILED
                 continue
             try:
                 result = SOURCES[source].harvest_open(
@@ -80,7 +93,8 @@ def harvest(
                     token=ctx.source_token(source),
                 )
             except Exception as error:  # one broken source must not stop the others
-                problems.add(name, "source_failed", str(error))
+                problems.add(name, "source_failed", f"{type(error).__name__}: {error}")
+                report.sources[name] = SourceStatus.FAILED
                 continue
             with session_scope(engine) as session:
                 counts = upsert_questions(session, result.questions)
@@ -89,6 +103,13 @@ def harvest(
             report.per_source[name] = Counter(result.counts) + Counter(new=counts.inserted)
             for error in result.errors:
                 problems.add(name, "item_error", error)
+            report.sources[name] = (
+                SourceStatus.FAILED
+                if result.counts["pages"] == 0
+                else SourceStatus.PARTIAL
+                if result.errors
+                else SourceStatus.OK
+            )
 
         urls = configured_feeds(ctx.settings, feeds)
         new_articles = _harvest_feeds(engine, client, urls, now, report, problems) if urls else []
@@ -140,4 +161,14 @@ def _harvest_feeds(
             )
             if inserted:
                 new_articles += result.articles
+    report.sources[GENERATED_SOURCE] = _feeds_status(results)
     return new_articles
+
+
+def _feeds_status(results: Sequence[FeedResult]) -> SourceStatus:
+    """The feeds as one source: failed when none answered, partial when some feed or entry
+    failed. A feed failed when it reported errors and gave neither articles nor a 304."""
+    failed = [r for r in results if r.errors and not r.articles and not r.not_modified]
+    if results and len(failed) == len(results):
+        return SourceStatus.FAILED
+    return SourceStatus.PARTIAL if any(r.errors for r in results) else SourceStatus.OK

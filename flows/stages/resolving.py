@@ -10,6 +10,11 @@ not final (Kalshi `determined`) is not recorded until it is final. Generated que
 no platform to ask: they are resolved by the LLM judge when one is configured, and otherwise
 counted as waiting for `futureworld resolve --manual`. Imported sets (forecastbench:*)
 resolve through their importer.
+
+Each platform asked is judged (SourceStatus): `failed` when it raised or every id it was asked
+about failed, `partial` when some ids failed (one market's redirect loop, bad gzip or deeply
+nested body fails only that market). A manual verdict on a question id that does not exist is
+refused with UnknownQuestion before anything is written.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from flows.context import PipelineContext
-from flows.stages.problems import Problems
+from flows.stages.problems import Problems, SourceStatus, source_verdict
 from futureworld.domain import Outcome, OutcomeStatus, Question
 from futureworld.sources.base import SourceResolution
 from futureworld.sources.http import SourceClient
@@ -28,7 +33,11 @@ from futureworld.sources.question_gen import GENERATED_SOURCE
 from futureworld.sources.question_judge import judge_question, verdict_to_resolution
 from storage.engine import session_scope
 from storage.repositories.articles import articles_between
-from storage.repositories.questions import questions_due_for_resolution, record_outcomes
+from storage.repositories.questions import (
+    list_questions,
+    questions_due_for_resolution,
+    record_outcomes,
+)
 
 
 class ManualVerdict(StrEnum):
@@ -39,6 +48,10 @@ class ManualVerdict(StrEnum):
     ANNUL = "annul"
 
 
+class UnknownQuestion(LookupError):
+    """A question id that is not in the store."""
+
+
 @dataclass
 class ResolveReport:
     checked: int = 0
@@ -46,6 +59,13 @@ class ResolveReport:
     annulled: int = 0
     needs_manual: int = 0
     errors: list[str] = field(default_factory=list)
+    sources: dict[str, SourceStatus] = field(default_factory=dict)
+    """How each platform asked went."""
+
+    @property
+    def verdict(self) -> str | None:
+        """One line when a source failed or was partial; None when all went well."""
+        return source_verdict(self.sources)
 
 
 def resolve(ctx: PipelineContext, *, question_ids: Sequence[int] | None = None) -> ResolveReport:
@@ -86,11 +106,20 @@ def resolve(ctx: PipelineContext, *, question_ids: Sequence[int] | None = None) 
                     now=now,
                     token=ctx.source_token(source),
                 )
-            except Exception as error:
-                problems.add(name, "source_failed", str(error))
+            except Exception as error:  # one broken source must not stop the others
+                problems.add(name, "source_failed", f"{type(error).__name__}: {error}")
+                report.sources[name] = SourceStatus.FAILED
                 continue
             for error in result.errors:
                 problems.add(name, "item_error", error)
+            asked = len({q.external_id for q in questions})
+            report.sources[name] = (
+                SourceStatus.FAILED
+                if result.errors and not result.resolutions and len(result.errors) >= asked
+                else SourceStatus.PARTIAL
+                if result.errors
+                else SourceStatus.OK
+            )
             ids = {q.external_id: q.id for q in questions}
             outcomes += [
                 _outcome(ids[r.external_id], r)
@@ -167,10 +196,14 @@ _MANUAL: dict[ManualVerdict, tuple[OutcomeStatus, float | None]] = {
 def resolve_manually(
     ctx: PipelineContext, question_id: int, verdict: ManualVerdict
 ) -> Outcome | None:
-    """Record a person's resolution as of `ctx.as_of`; None when it changes nothing."""
+    """Record a person's resolution as of `ctx.as_of`; None when it changes nothing.
+
+    Raises UnknownQuestion when no question has this id."""
     status, value = _MANUAL[ManualVerdict(verdict)]
     now = ctx.as_of
     with session_scope(ctx.engine) as session:
+        if not list_questions(session, ids=[question_id]):
+            raise UnknownQuestion(f"no question has id {question_id}")
         recorded = record_outcomes(
             session,
             [

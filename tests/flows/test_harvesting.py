@@ -182,3 +182,91 @@ def test_a_configured_judge_agent_reads_the_news_and_its_unusable_verdict_waits(
     with session_scope(engine) as session:
         assert event_counts(session, ctx.run_key)[("resolve", "rss", "needs_manual")] == 1
     assert make_context(engine, tmp_path).judge is None
+
+
+def test_one_bad_feed_or_market_fails_alone_and_linkless_items_are_all_stored(
+    engine, tmp_path
+) -> None:
+    """Over real HTTP: a feed that redirects to itself and one with a bad gzip body fail alone
+    (the good feeds' items, guid-only and description-only ones included, are stored); in
+    resolve, a 200,000-deep JSON body, a redirect loop and a bad gzip fail only their market."""
+    from datetime import UTC, datetime
+
+    from futureworld.domain import Question
+    from storage.repositories.questions import latest_outcomes, upsert_questions
+    from tests.sources.loopback_server import Reply, ScriptedServer
+    from tests.sources.test_isolation import (
+        BAD_GZIP,
+        DEEP_JSON,
+        DESCRIPTION_ONLY,
+        GOOD_FEED,
+        GUID_ONLY,
+        RSS_TYPE,
+        _self_redirect,
+    )
+    from tests.sources.test_manifold import lite_market, ms
+
+    now = datetime(2026, 3, 1, 8, tzinfo=UTC)
+    server = ScriptedServer()
+    try:
+        for path, body in (
+            ("/good", GOOD_FEED),
+            ("/guids", GUID_ONLY),
+            ("/notes", DESCRIPTION_ONLY),
+        ):
+            server.route(path, [Reply(200, body, RSS_TYPE)])
+        server.route("/loop", _self_redirect)
+        server.route("/gzip", [BAD_GZIP])
+        ctx = make_context(
+            engine, tmp_path, as_of=now, manifold_base_url=server.base_url, http_max_retries=0
+        )
+        feeds = [server.base_url + p for p in ("/loop", "/good", "/gzip", "/guids", "/notes")]
+        report = harvest(ctx, sources=[], feeds=feeds)
+        assert report.articles_new == _count(engine, ArticleRow) == 1 + 4 + 4
+        assert report.sources == {"rss": "partial"} and report.verdict.startswith("partial")
+        assert sum(feeds[0] in e for e in report.errors) == 1
+        assert sum(feeds[2] in e for e in report.errors) == 1
+        assert harvest(ctx, sources=[], feeds=feeds).articles_new == 0  # same keys again
+
+        closed = now - timedelta(days=1)
+        ids = [f"m{i:03d}" for i in range(5)]
+        with session_scope(engine) as session:
+            upsert_questions(
+                session,
+                [
+                    Question(
+                        source="manifold",
+                        external_id=external_id,
+                        title=f"Will {external_id} happen?",
+                        created_at=closed - timedelta(days=5),
+                        info_cutoff_at=closed - timedelta(days=5),
+                        close_at=closed,
+                    )
+                    for external_id in ids
+                ],
+            )
+        for i in (0, 4):
+            resolved = lite_market(i, isResolved=True, resolution="NO", resolutionTime=ms(now))
+            server.route(f"/v0/market/m{i:03d}", [Reply(200, resolved)])
+        server.route(
+            "/v0/market/m001", [Reply(200, DEEP_JSON, {"Content-Type": "application/json"})]
+        )
+        server.route("/v0/market/m002", _self_redirect)
+        server.route("/v0/market/m003", [BAD_GZIP])
+        resolved = resolve(ctx)
+    finally:
+        server.close()
+    assert (resolved.checked, resolved.outcomes_recorded) == (5, 2)
+    assert resolved.sources == {"manifold": "partial"}
+    for bad in ("m001", "m002", "m003"):
+        assert sum(f"{server.base_url}/v0/market/{bad}" in e for e in resolved.errors) == 1
+    with session_scope(engine) as session:
+        by_id = {q.id: q.external_id for q in list_questions(session)}
+        assert {by_id[qid] for qid in latest_outcomes(session)} == {"m000", "m004"}
+
+
+def test_a_source_that_gives_nothing_is_a_failed_source(engine, tmp_path) -> None:
+    ctx = make_context(engine, tmp_path, manifold_base_url=_dead_url(), http_max_retries=0)
+    report = harvest(ctx, sources=["manifold", "nosuch"], feeds=[_dead_url() + "/rss"])
+    assert report.sources == {"manifold": "failed", "nosuch": "failed", "rss": "failed"}
+    assert report.verdict == "failed: nothing came through from manifold, nosuch, rss"
