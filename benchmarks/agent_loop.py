@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from futureworld.agent.loop import run_group
+from futureworld.agent.engine import run_group
 from futureworld.agent.prompts import encode_prompt
 from futureworld.agent.tools import InMemoryCorpus
 from futureworld.domain import GenerationSettings, Question

@@ -75,7 +75,7 @@ from flows.demo.panel import (
 )
 from flows.demo.report import learning_claim
 from futureworld.agent.demonstrations import answer_text
-from futureworld.agent.loop import run_group
+from futureworld.agent.engine import run_group
 from futureworld.agent.prompts import SYSTEM_PROMPT
 from futureworld.agent.tools import InMemoryCorpus
 from futureworld.domain import (

@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     """Identifies this process in prediction claims; default: host:pid."""
     claim_lease_s: float = 1800.0
     """How long a predict worker's claim on a question group lives before others may take it."""
+    predict_max_failures: int = 3
+    """Failed prediction attempts (prompt too long, generation or persistence error) after
+    which predict parks a question for that agent: reported, no longer retried."""
 
     @field_validator("feeds", mode="before")
     @classmethod

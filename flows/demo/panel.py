@@ -1,7 +1,12 @@
 """The demo's held-out panel and its warm-start data, in the exact shape the harvest gives
 world questions: the panel (fixed questions, outcomes and true probabilities, drawn from world
-days no round reaches), forecasting it with a policy, and the warm start's demonstrations.
-benchmarks/learning_curve.py uses the same functions.
+days no round reaches), forecasting it with a policy through the rollout engine (the same
+loop predict runs, every panel question in flight at once), and the warm start's
+demonstrations. benchmarks/learning_curve.py uses the same functions.
+
+Panel seeds: sample s of panel question n is seeded by a hash of (seed, n, s), the same in
+every round, so round 0 and the last round draw with common random numbers and their paired
+difference measures the policies, not the dice.
 """
 
 from __future__ import annotations
@@ -11,10 +16,11 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from futureworld.agent.demonstrations import Demonstration, answer_text, demonstration_trajectory
-from futureworld.agent.parsing import ACTION_STOP_STRINGS, ActionKind, parse_action, parse_number
-from futureworld.agent.prompts import encode_prompt
+from futureworld.agent.engine import GroupJob, RolloutEngine
+from futureworld.agent.loop import rollout_seed
+from futureworld.agent.tools import InMemoryCorpus
 from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajectory
-from futureworld.policy.base import PolicyBackend, SamplingParams
+from futureworld.policy.base import PolicyBackend
 from futureworld.sources.manifold import market_to_question
 from futureworld.world import World, sft_examples
 from futureworld.world.payloads import lite_market
@@ -23,8 +29,6 @@ PANEL_DAY = 10_000
 """The first world day the evaluation panel is drawn from: far from any day the demo reaches."""
 PANEL_QUESTIONS_PER_DAY = 250
 """The panel world poses this many questions a day; a larger panel spans several days."""
-PANEL_BATCH = 250
-"""Panel prompts sampled together in one batched generate call."""
 CYCLE_HOUR = 12
 """The daily cycle runs at noon (simulated UTC), after the day's questions are posed."""
 
@@ -91,43 +95,30 @@ def score_panel(
     samples: int,
     seed: int,
 ) -> PanelScore:
-    """A policy forecasts the panel (in memory: never stored, never trained).
-
-    The panel is answered in one turn, as the demo's agent answers (max_turns 1, brief
-    prompt), but across questions in batches of PANEL_BATCH prompts rather than one agent
-    loop per question: the same prompts, sampler and answer parsing, many times faster.
-    """
-    if settings.max_turns != 1:
-        raise ValueError(f"the demo panel is answered in one turn, not {settings.max_turns}")
-    tokenizer = backend.tokenizer
-    asked = [(n, item) for n, item in enumerate(panel) for _ in range(samples)]
-    p, y, truth, index, unparsed = [], [], [], [], 0
-    for start in range(0, len(asked), PANEL_BATCH):
-        chunk = asked[start : start + PANEL_BATCH]
-        prompts = [
-            encode_prompt(
-                tokenizer,
-                item.question,
-                as_of=item.question.info_cutoff_at,
-                brief=settings.brief_prompt,
-            )
-            for _, item in chunk
-        ]
-        params = SamplingParams(
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            max_new_tokens=settings.max_new_tokens,
-            stop=ACTION_STOP_STRINGS,
-            seed=seed * 7919 + start,
+    """A policy forecasts the panel (in memory: never stored, never trained) with the agent's
+    own settings through the rollout engine, all panel questions in flight at once; the
+    corpus is empty (the panel measures what the policy knows, not what it can look up)."""
+    engine = RolloutEngine(
+        backend, InMemoryCorpus([]), settings, agent_id=0, policy_version=policy_version
+    )
+    jobs = [
+        GroupJob(
+            question=item.question,
+            samples=tuple(range(samples)),
+            seeds=tuple(rollout_seed(seed, n, 0, s) for s in range(samples)),
+            as_of=item.question.info_cutoff_at,
         )
-        for (n, item), generation in zip(chunk, backend.generate(prompts, params), strict=True):
-            text = tokenizer.decode(generation.token_ids, skip_special_tokens=True)
-            action = parse_action(text)
-            p_yes, status = parse_number(action.argument)
-            if action.kind is not ActionKind.ANSWER or status is not ParseStatus.OK:
+        for n, item in enumerate(panel)
+    ]
+    groups: dict[int, list[Trajectory]] = {}
+    engine.run(jobs, lambda job, group: groups.__setitem__(job.question.id, group))
+    p, y, truth, index, unparsed = [], [], [], [], 0
+    for n, item in enumerate(panel):
+        for trajectory in groups[item.question.id]:
+            if trajectory.parse_status is not ParseStatus.OK or trajectory.p_yes is None:
                 unparsed += 1
                 continue
-            p.append(p_yes)
+            p.append(trajectory.p_yes)
             y.append(item.outcome)
             truth.append(item.p_true)
             index.append(n)

@@ -1,29 +1,48 @@
 """Predict: claim open questions for an agent's current policy version and persist G rollouts
-per question, from the agent's forecaster (flows.forecasters: the LLM loop or a baseline).
-Claims make concurrent workers safe and re-runs idempotent."""
+per question, from the agent's forecaster (flows.forecasters: the rollout engine or a
+baseline). Claims make concurrent workers safe and re-runs idempotent.
+
+Questions are claimed lazily, `forecaster.claim_batch` at a time, only when the forecaster
+pulls more work (the engine pulls when its backend has room), so a worker holds claims on
+about what it is generating. Each group is persisted in its own transaction the moment it is
+complete, together with the release of its claim: a crash loses at most the groups in flight
+and leaves their claims to `release_dead_local_claims` or the lease.
+
+Poison isolation: a question that cannot be forecast (its prompt too long even after the cut
+rule, a generation error, a persistence error) is recorded as an error event of the predict
+stage (source `q<question>-a<agent>`, kind and reason) and skipped; the run goes on. A
+question with `settings.predict_max_failures` such failures for the agent is parked: no
+longer claimed, listed in the report, until its events are cleared."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
 from flows.context import PipelineContext
-from flows.forecasters import FORECASTERS
-from futureworld.domain import Trajectory, utc_now
+from flows.forecasters import FORECASTERS, Work
+from futureworld.domain import Question, Trajectory, utc_now
 from storage.engine import session_scope
+from storage.repositories.events import PipelineEvent, record_events
 from storage.repositories.questions import list_questions, open_questions_at
 from storage.repositories.rollouts import (
+    PREDICT_STAGE,
     claim_questions,
     claim_workers,
     existing_samples,
     insert_rollouts,
+    prediction_failure_source,
+    prediction_failures,
     release_claims,
     release_worker_claims,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -31,7 +50,12 @@ class PredictReport:
     agent: str
     policy_version: int
     questions: int
+    """Questions whose group was completed and persisted."""
     rollouts: int
+    failed: int = 0
+    """Groups that could not be forecast this run (recorded as predict events)."""
+    parked: tuple[int, ...] = ()
+    """Questions parked for this agent after too many failures (not attempted)."""
 
 
 def default_worker_id() -> str:
@@ -66,57 +90,161 @@ def predict(
     on_group: Callable[[int], None] | None = None,
 ) -> PredictReport:
     """Forecast every question open at `ctx.as_of` that this agent's current policy version
-    has not forecast yet (or has fewer than `samples` rollouts for).
-
-    Questions are claimed `forecaster.claim_batch` at a time (one group for LLM agents, so
-    a crash loses at most one group; a thousand for the instant baselines).
-    `on_group(n_rollouts)` is called after each group (progress).
-    """
+    has not forecast yet (or has fewer than `samples` rollouts for), at most `limit`
+    questions. `on_group(n_rollouts)` is called after each persisted group (progress)."""
     engine = ctx.engine
     worker = ctx.settings.worker_id or default_worker_id()
+    max_failures = ctx.settings.predict_max_failures
     release_dead_local_claims(engine)
     agent = ctx.agent(agent_name)
+    assert agent.id is not None
     version = ctx.current_version(agent)
     with session_scope(engine) as session:
         candidates = [q.id for q in open_questions_at(session, ctx.as_of)]
+        failures = prediction_failures(session, agent.id)
+    parked = [q for q in candidates if failures.get(q, 0) >= max_failures]
+    if parked:
+        log.warning(
+            "%s: %d question(s) parked after %d failed predictions each: %s",
+            agent.name,
+            len(parked),
+            max_failures,
+            ", ".join(map(str, parked[:20])),
+        )
+    candidates = [q for q in candidates if failures.get(q, 0) < max_failures]
     forecaster = FORECASTERS[agent.backend](ctx, agent, version)
     if forecaster.max_samples is not None:
         samples = min(samples, forecaster.max_samples)
+    run = _PredictRun(ctx, agent.id, version.version, worker, samples, on_group)
 
-    n_questions = n_rollouts = 0
-    while limit is None or n_questions < limit:
-        batch = forecaster.claim_batch
-        if limit is not None:
-            batch = min(batch, limit - n_questions)
-        with session_scope(engine) as session:
+    def work() -> Iterator[Work]:
+        pending = list(candidates)
+        claimed_total = 0
+        while pending and (limit is None or claimed_total < limit):
+            batch = forecaster.claim_batch
+            if limit is not None:
+                batch = min(batch, limit - claimed_total)
+            claimed, questions, have = run.claim(pending, batch)
+            if not claimed:
+                return
+            claimed_set = set(claimed)
+            pending = [q for q in pending if q not in claimed_set]
+            claimed_total += len(claimed)
+            for question_id in claimed:
+                missing = tuple(i for i in range(samples) if i not in have.get(question_id, ()))
+                if not missing:
+                    run.release([question_id])
+                    continue
+                yield questions[question_id], missing
+
+    try:
+        forecaster.run(work(), run.persist, run.fail, run.note)
+    finally:
+        run.release(list(run.held))  # Whatever did not finish: free for the next worker.
+    newly_parked = [q for q in run.failed if failures.get(q, 0) + 1 >= max_failures]
+    return PredictReport(
+        agent.name,
+        version.version,
+        run.questions,
+        run.rollouts,
+        failed=len(run.failed),
+        parked=tuple(parked + newly_parked),
+    )
+
+
+@dataclass
+class _PredictRun:
+    """One predict run's claims, persistence and failure records."""
+
+    ctx: PipelineContext
+    agent_id: int
+    policy_version: int
+    worker: str
+    samples: int
+    on_group: Callable[[int], None] | None
+    held: set[int] = field(default_factory=set)
+    failed: list[int] = field(default_factory=list)
+    questions: int = 0
+    rollouts: int = 0
+
+    def claim(
+        self, pending: list[int], batch: int
+    ) -> tuple[list[int], dict[int, Question], dict[int, set[int]]]:
+        with session_scope(self.ctx.engine) as session:
             claimed = claim_questions(
                 session,
-                candidates,
-                agent_id=agent.id,
-                policy_version=version.version,
-                samples=samples,
-                worker=worker,
-                lease_s=ctx.settings.claim_lease_s,
+                pending,
+                agent_id=self.agent_id,
+                policy_version=self.policy_version,
+                samples=self.samples,
+                worker=self.worker,
+                lease_s=self.ctx.settings.claim_lease_s,
                 limit=batch,
                 now=utc_now(),
             )
-            have = existing_samples(session, claimed, agent.id, version.version)
+            have = existing_samples(session, claimed, self.agent_id, self.policy_version)
             questions = {q.id: q for q in list_questions(session, ids=claimed)}
-        if not claimed:
-            break
-        candidates = [q for q in candidates if q not in set(claimed)]
-        trajectories: list[Trajectory] = []
+        self.held.update(claimed)
+        return claimed, questions, have
+
+    def release(self, question_ids: list[int]) -> None:
+        if not question_ids:
+            return
+        with session_scope(self.ctx.engine) as session:
+            release_claims(
+                session,
+                question_ids,
+                agent_id=self.agent_id,
+                policy_version=self.policy_version,
+            )
+        self.held.difference_update(question_ids)
+
+    def persist(self, question: Question, group: list[Trajectory]) -> None:
+        """Store one complete group and free its claim, in one transaction; a group that
+        cannot be stored is recorded as a failure instead."""
+        assert question.id is not None
         try:
-            for question_id in claimed:
-                missing = [i for i in range(samples) if i not in have.get(question_id, set())]
-                group = forecaster.forecast(questions[question_id], missing)
-                trajectories.extend(group)
-                n_questions += 1
-                if on_group is not None:
-                    on_group(len(group))
-        finally:
-            # Persist what was generated even when a later group fails, then free the claims.
-            with session_scope(engine) as session:
-                n_rollouts += insert_rollouts(session, trajectories)
-                release_claims(session, claimed, agent_id=agent.id, policy_version=version.version)
-    return PredictReport(agent.name, version.version, n_questions, n_rollouts)
+            with session_scope(self.ctx.engine) as session:
+                inserted = insert_rollouts(session, group)
+                release_claims(
+                    session,
+                    [question.id],
+                    agent_id=self.agent_id,
+                    policy_version=self.policy_version,
+                )
+        except Exception as error:  # This group only: the run goes on.
+            self.fail(question, "persist_error", f"{type(error).__name__}: {error}")
+            return
+        self.held.discard(question.id)
+        self.questions += 1
+        self.rollouts += inserted
+        if self.on_group is not None:
+            self.on_group(len(group))
+
+    def fail(self, question: Question, kind: str, detail: str) -> None:
+        assert question.id is not None
+        self._record(question, kind, detail[:2000], level="error")
+        self.failed.append(question.id)
+        self.release([question.id])
+
+    def note(self, question: Question, kind: str, detail: str) -> None:
+        self._record(question, kind, detail, level="warning")
+
+    def _record(self, question: Question, kind: str, detail: str, *, level: str) -> None:
+        assert question.id is not None
+        if level == "error":
+            log.warning("predict: question %s %s: %s", question.id, kind, detail)
+        with session_scope(self.ctx.engine) as session:
+            record_events(
+                session,
+                [
+                    PipelineEvent(
+                        run_key=self.ctx.run_key,
+                        stage=PREDICT_STAGE,
+                        source=prediction_failure_source(question.id, self.agent_id),
+                        kind=kind,
+                        detail=detail.replace("\x00", "\ufffd"),
+                        level=level,
+                    )
+                ],
+            )

@@ -1,41 +1,131 @@
-"""The multi-turn research loop: G rollouts of one question, batched, tokens in/tokens out.
+"""One rollout of the multi-turn research loop, turn by turn, tokens in/tokens out: what a
+turn appends, which tool it calls, when the rollout stops, and the trajectory it becomes.
+Scheduling many rollouts at once is the rollout engine's job (futureworld.agent.engine).
 
 The context is a list of token ids. Generated ids are appended with loss mask 1 and their
 behaviour log-probs; tool observations are tokenized once and appended with mask 0 and
 log-prob 0.0. Nothing is re-tokenized from text. Persisting the result is storage's job.
+
+Seeding: a rollout has its own seed (a hash of the agent's seed, the question, the policy
+version and the sample index: `rollout_seed`); its turn t samples with seed + t·1000003 and
+the belief after turn t with that plus 500009.
+
+A prompt that leaves no room for a full first turn (`max_total_tokens − max_new_tokens`) is
+cut by one rule before the question is given up: the background is shortened from its end
+(marked "[…]"), down to nothing, then the resolution criteria the same way; a prompt still too
+long (title and dates alone) raises `PromptTooLong`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from transformers import PreTrainedTokenizerBase
 
-from futureworld.agent.parsing import ACTION_STOP_STRINGS, Action, ActionKind, parse_answer
+from futureworld.agent.parsing import Action, ActionKind, parse_answer
 from futureworld.agent.parsing import parse_action as parse_action_text
-from futureworld.agent.prompts import BELIEF_PREFIX, encode_prompt, observation_frame
+from futureworld.agent.prompts import encode_prompt
 from futureworld.agent.tools import Corpus, format_article, format_search_results
-from futureworld.domain import (
-    GenerationSettings,
-    ParseStatus,
-    Question,
-    StopReason,
-    Trajectory,
-    Turn,
-    utc_now,
-)
-from futureworld.policy.base import FinishReason, Generation, PolicyBackend, SamplingParams
+from futureworld.domain import GenerationSettings, Question, StopReason, Turn
+from futureworld.policy.base import FinishReason, Generation
 
-_TURN_SEED_STRIDE = 1_000_003
-_BELIEF_SEED_OFFSET = 500_009
+TURN_SEED_STRIDE = 1_000_003
+BELIEF_SEED_OFFSET = 500_009
+CUT_MARK = " […]"
+
+
+class PromptTooLong(ValueError):
+    """Even the cut prompt leaves no room for a first turn."""
+
+
+def rollout_seed(base_seed: int, question_id: int, policy_version: int, sample: int) -> int:
+    """A rollout's 32-bit seed: sha256 of (agent seed, question, version, sample index)."""
+    parts = (base_seed, question_id, policy_version, sample)
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def turn_seed(seed: int, turn_no: int) -> int:
+    return seed + turn_no * TURN_SEED_STRIDE
+
+
+def belief_seed(seed: int, turn_no: int) -> int:
+    return seed + turn_no * TURN_SEED_STRIDE + BELIEF_SEED_OFFSET
+
+
+@dataclass(frozen=True)
+class FittedPrompt:
+    ids: list[int]
+    cut: str | None = None
+    """What was shortened to make the prompt fit, if anything."""
+
+
+def fit_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    question: Question,
+    *,
+    as_of: datetime,
+    settings: GenerationSettings,
+) -> FittedPrompt:
+    """The question's prompt, cut by the module's rule when it leaves no room for a turn."""
+    limit = settings.max_total_tokens - settings.max_new_tokens
+
+    def encode(q: Question) -> list[int]:
+        return encode_prompt(tokenizer, q, as_of=as_of, brief=settings.brief_prompt)
+
+    ids = encode(question)
+    if len(ids) <= limit:
+        return FittedPrompt(ids)
+    cuts = []
+    fields = () if settings.brief_prompt else ("background", "resolution_criteria")
+    for name in fields:
+        text = getattr(question, name)
+        if not text:
+            continue
+        question, ids = _shorten(tokenizer, question, name, limit, encode)
+        kept = len(getattr(question, name))
+        cuts.append(f"{name} {len(text)} → {kept} chars")
+        if len(ids) <= limit:
+            return FittedPrompt(ids, "; ".join(cuts))
+    raise PromptTooLong(
+        f"question {question.id}: prompt has {len(ids)} tokens"
+        + (f" after cutting ({'; '.join(cuts)})" if cuts else "")
+        + f", over max_total_tokens {settings.max_total_tokens} − max_new_tokens "
+        f"{settings.max_new_tokens}"
+    )
+
+
+def _shorten(tokenizer, question, name, limit, encode) -> tuple[Question, list[int]]:
+    """The longest head of field `name` (in tokens, marked) with which the prompt fits, or
+    the field removed; binary search over the kept token count."""
+    field_ids = tokenizer.encode(getattr(question, name), add_special_tokens=False)
+    low, high = 0, len(field_ids) - 1
+    best = replace(question, **{name: ""})
+    best_ids = encode(best)
+    while low <= high:
+        mid = (low + high) // 2
+        candidate = replace(question, **{name: tokenizer.decode(field_ids[:mid]) + CUT_MARK})
+        ids = encode(candidate)
+        if len(ids) <= limit and mid > 0:
+            best, best_ids, low = candidate, ids, mid + 1
+        elif len(ids) <= limit:
+            low = mid + 1
+        else:
+            high = mid - 1
+    return best, best_ids
 
 
 @dataclass
-class _Rollout:
+class Rollout:
+    """One rollout's state while it runs."""
+
     index: int
+    """Sample index within its group."""
+    seed: int
     completion: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -43,113 +133,17 @@ class _Rollout:
     stop: StopReason | None = None
     last_text: str = ""
     tool_s: float = 0.0
+    generate_s: float = 0.0
+    turn_no: int = 0
+    beliefs_pending: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.stop is not None and self.beliefs_pending == 0
 
 
-def run_group(
-    question: Question,
-    backend: PolicyBackend,
-    corpus: Corpus,
-    *,
-    samples: int,
-    agent_id: int,
-    policy_version: int,
-    settings: GenerationSettings = GenerationSettings(),
-    seed: int | None = None,
-    as_of: datetime | None = None,
-) -> list[Trajectory]:
-    """Run `samples` rollouts of `question` together and return their trajectories.
-
-    Every turn, all still-active rollouts generate in one batched call. The corpus is
-    queried as of min(as_of, question.info_cutoff_at), so nothing later can leak in. With a
-    seed, turn t samples with seed + t·1000003 (give each question its own seed).
-    """
-    if question.id is None:
-        raise ValueError(f"question {question.source}/{question.external_id} has no id yet")
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
-    params = SamplingParams(
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        max_new_tokens=settings.max_new_tokens,
-        seed=seed,
-    )
-    started = time.perf_counter()
-    as_of = utc_now() if as_of is None else as_of
-    search_as_of = min(as_of, question.info_cutoff_at)
-    tokenizer = backend.tokenizer
-    prompt = encode_prompt(tokenizer, question, as_of=search_as_of, brief=settings.brief_prompt)
-    if len(prompt) + 1 > settings.max_total_tokens:
-        raise ValueError(
-            f"question {question.id}: prompt has {len(prompt)} tokens, over max_total_tokens"
-        )
-    frame = observation_frame(tokenizer, settings.observation_role)
-    belief_ids = tokenizer.encode(BELIEF_PREFIX, add_special_tokens=False)
-    stops = tuple(dict.fromkeys((*params.stop, *ACTION_STOP_STRINGS)))
-    rollouts = [_Rollout(index=i) for i in range(samples)]
-    generate_s = 0.0
-
-    for turn_no in range(settings.max_turns):
-        active = [r for r in rollouts if r.stop is None]
-        if not active:
-            break
-        budgets = [settings.max_total_tokens - len(prompt) - len(r.completion) for r in active]
-        turn_params = replace(
-            params,
-            max_new_tokens=min(settings.max_new_tokens, max(budgets)),
-            stop=stops,
-            seed=None if params.seed is None else params.seed + turn_no * _TURN_SEED_STRIDE,
-        )
-        t0 = time.perf_counter()
-        generations = backend.generate([prompt + r.completion for r in active], turn_params)
-        generate_s += time.perf_counter() - t0
-        acted: list[_Rollout] = []
-        for rollout, generation, budget in zip(active, generations, budgets, strict=True):
-            action = _append_generation(rollout, generation, budget, tokenizer)
-            if rollout.stop is not None:
-                continue
-            if turn_no + 1 == settings.max_turns:
-                rollout.stop = StopReason.MAX_TURNS
-                continue
-            _call_tool(rollout, action, corpus, search_as_of, prompt, frame, settings, tokenizer)
-            if rollout.stop is None:
-                acted.append(rollout)
-        if settings.elicit_beliefs and acted:
-            t0 = time.perf_counter()
-            _elicit_beliefs(acted, backend, prompt, belief_ids, params, turn_no, settings)
-            generate_s += time.perf_counter() - t0
-
-    total_s = time.perf_counter() - started
-    recorded = replace(params, max_new_tokens=settings.max_new_tokens, stop=stops)
-    sampling = {**recorded.to_dict(), "agent": asdict(settings), "backend": backend.describe()}
-    trajectories = []
-    for r in rollouts:
-        p_yes, status = parse_answer(r.last_text)
-        if r.stop is not StopReason.ANSWERED and status is ParseStatus.OK:
-            p_yes, status = None, ParseStatus.MISSING
-        trajectories.append(
-            Trajectory(
-                question_id=question.id,
-                agent_id=agent_id,
-                policy_version=policy_version,
-                sample_index=r.index,
-                prompt_token_ids=tuple(prompt),
-                completion_token_ids=tuple(r.completion),
-                loss_mask=tuple(r.mask),
-                behaviour_logprobs=tuple(r.logprobs),
-                turns=tuple(r.turns),
-                p_yes=p_yes,
-                parse_status=status,
-                stop_reason=r.stop or StopReason.MAX_TURNS,
-                sampling=sampling,
-                timings={"generate_s": generate_s, "tool_s": r.tool_s, "total_s": total_s},
-                as_of=as_of,
-            )
-        )
-    return trajectories
-
-
-def _append_generation(
-    rollout: _Rollout, generation: Generation, budget: int, tokenizer: PreTrainedTokenizerBase
+def append_generation(
+    rollout: Rollout, generation: Generation, budget: int, tokenizer: PreTrainedTokenizerBase
 ) -> Action:
     """Append one assistant turn (mask 1); settle the stop reason if the turn ends the rollout."""
     ids, logprobs = generation.token_ids, generation.logprobs
@@ -187,8 +181,8 @@ def _append_generation(
     return action
 
 
-def _call_tool(
-    rollout: _Rollout,
+def call_tool(
+    rollout: Rollout,
     action: Action,
     corpus: Corpus,
     as_of: datetime,
@@ -250,6 +244,15 @@ def _call_tool(
     )
 
 
+def record_belief(
+    rollout: Rollout, turn_index: int, generation: Generation, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """A belief side generation's answer goes on the tool turn it was elicited after."""
+    text = tokenizer.decode(generation.token_ids, skip_special_tokens=True)
+    belief, _ = parse_answer("<probability>" + text)
+    rollout.turns[turn_index] = replace(rollout.turns[turn_index], belief=belief)
+
+
 def _open_article(argument: str, corpus: Corpus, as_of: datetime) -> str:
     try:
         article_id = int(argument.strip().lstrip("#"))
@@ -274,29 +277,3 @@ def _truncate_middle(content: str, max_tokens: int, tokenizer: PreTrainedTokeniz
         + f"\n[… {omitted} tokens omitted …]\n"
         + tokenizer.decode(ids[len(ids) - tail :])
     )
-
-
-def _elicit_beliefs(
-    rollouts: list[_Rollout],
-    backend: PolicyBackend,
-    prompt: Sequence[int],
-    belief_ids: Sequence[int],
-    params: SamplingParams,
-    turn_no: int,
-    settings: GenerationSettings,
-) -> None:
-    """Side generation on a copy of each context; the answer goes on the tool turn's belief."""
-    side_params = replace(
-        params,
-        max_new_tokens=settings.belief_max_new_tokens,
-        stop=("</probability>",),
-        seed=None
-        if params.seed is None
-        else params.seed + turn_no * _TURN_SEED_STRIDE + _BELIEF_SEED_OFFSET,
-    )
-    contexts = [[*prompt, *r.completion, *belief_ids] for r in rollouts]
-    generations = backend.generate(contexts, side_params)
-    for rollout, generation in zip(rollouts, generations, strict=True):
-        text = backend.tokenizer.decode(generation.token_ids, skip_special_tokens=True)
-        belief, _ = parse_answer("<probability>" + text)
-        rollout.turns[-1] = replace(rollout.turns[-1], belief=belief)

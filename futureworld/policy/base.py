@@ -10,9 +10,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from transformers import PreTrainedTokenizerBase
+
+if TYPE_CHECKING:
+    from futureworld.policy.streaming import GenerationStream
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 """peft's marker file: a checkpoint directory holding it is a LoRA adapter."""
@@ -43,7 +46,8 @@ class SamplingParams:
     max_new_tokens: int = 256
     """Upper bound on generated tokens per prompt."""
     seed: int | None = None
-    """Seed for this call; None draws fresh randomness."""
+    """Seed for this call; None draws fresh randomness. In a batch, row i samples with
+    seed + i, and what a row samples depends on its own seed alone, not on the batch."""
     stop: tuple[str, ...] = ()
     """Stop strings: generation ends after the token that completes one (it is kept)."""
 
@@ -97,6 +101,10 @@ class PolicyBackend(Protocol):
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> list[Generation]:
         """Sample one continuation per prompt; the result is aligned with `prompts`."""
+        ...
+
+    def open_stream(self) -> GenerationStream:
+        """A stream that takes requests while others run (futureworld.policy.streaming)."""
         ...
 
     def describe(self) -> str:

@@ -1,8 +1,11 @@
-"""Local transformers backend: batched sampling with a KV cache on CPU or CUDA.
+"""Local transformers backend: seeded per-row sampling with continuous batching and a KV
+cache, on CPU or CUDA.
 
-Our own decode loop rather than `model.generate`, so the behaviour log-probs are exactly
-log softmax(logits / T) of the distribution sampled from, seeding goes through one
-`torch.Generator`, and stop strings end a row as soon as they are completed.
+Our own decode loop (futureworld.policy.batching) rather than `model.generate`, so the
+behaviour log-probs are exactly log softmax(logits / T) of the distribution sampled from,
+every row samples from its own seed (futureworld.policy.sampling: what a row samples never
+depends on the rows around it), rows join and leave the batch at any step, and stop strings
+end a row as soon as they are completed.
 """
 
 from __future__ import annotations
@@ -13,24 +16,33 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from futureworld.policy.base import (
-    FinishReason,
-    Generation,
-    SamplingParams,
-    find_stop,
-    is_lora_adapter,
-)
+from futureworld.policy.base import Generation, SamplingParams, is_lora_adapter
+from futureworld.policy.batching import ContinuousBatch
+from futureworld.policy.streaming import generate_all
+
+DEFAULT_MAX_BATCH_TOKENS = 65_536
+"""Rows × the widest row's prompt + max_new_tokens per decode batch: a few hundred MB of
+cache for a 1.5B model, a few tens for the tiny one."""
 
 
 class LocalBackend:
-    """A causal LM in this process. Prefixes are recomputed per call (no prefix cache)."""
+    """A causal LM in this process. A prompt is prefilled whenever it joins the batch (no
+    prefix cache across requests); a group's identical prompts share one prefill."""
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, *, name: str = "local"
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        name: str = "local",
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
     ) -> None:
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer of {name} needs a pad and an eos token")
+        if max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.model = model.eval()
+        self.max_batch_tokens = max_batch_tokens
         self._tokenizer = tokenizer
         self._name = name
         self._eos_ids = _eos_ids(model, tokenizer)
@@ -75,123 +87,28 @@ class LocalBackend:
     def describe(self) -> str:
         return self._name
 
-    @torch.inference_mode()
+    def open_stream(self) -> ContinuousBatch:
+        """Continuous batching within `max_batch_tokens` (futureworld.policy.batching)."""
+        return ContinuousBatch(
+            self.model,
+            self._tokenizer,
+            eos_ids=self._eos_ids,
+            stop_candidates=self._candidates,
+            max_batch_tokens=self.max_batch_tokens,
+        )
+
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> list[Generation]:
-        """Sample all prompts together: left padding, one forward per step, KV cache.
+        """Sample all prompts together (row i with seed + i), continuously batched.
 
         Per step, with logits z (B, V): log μ = log_softmax(z / T) (renormalised over the
-        top-p nucleus when top_p < 1); x ~ μ; the stored log-prob is log μ(x).
+        top-p nucleus when top_p < 1); x ~ μ by a seeded Gumbel-max; the stored log-prob is
+        log μ(x).
         """
-        if not prompts:
-            return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        device = self.device
-        batch, width = len(prompts), max(len(p) for p in prompts)
-        input_ids = torch.full((batch, width), self._tokenizer.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((batch, width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.as_tensor(prompt, dtype=torch.long)
-            attention_mask[row, width - len(prompt) :] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        generator = torch.Generator(device=device)
-        if params.seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(params.seed)
-        stop_candidates = self._candidates(params.stop)
-        tail_tokens = max((len(s.encode()) for s in params.stop), default=0) + 1
-
-        tokens: list[list[int]] = [[] for _ in range(batch)]
-        logprobs: list[list[float]] = [[] for _ in range(batch)]
-        finish: list[FinishReason | None] = [None] * batch
-        stop_hit: list[str | None] = [None] * batch
-        active = list(range(batch))
-        logits, cache = self._prefill(input_ids, attention_mask, position_ids, prompts)
-        for step in range(params.max_new_tokens):
-            logp = torch.log_softmax(logits.float() / params.temperature, dim=-1)
-            if params.top_p < 1.0:
-                logp = _nucleus(logp, params.top_p)
-            next_ids = torch.multinomial(logp.exp(), 1, generator=generator)
-            chosen = logp.gather(1, next_ids)
-            ids_list = next_ids.squeeze(1).tolist()
-            lp_list = chosen.squeeze(1).tolist()
-            still_active = []
-            for row in active:
-                token = ids_list[row]
-                tokens[row].append(token)
-                logprobs[row].append(lp_list[row])
-                if token in self._eos_ids:
-                    finish[row] = FinishReason.STOP
-                elif token in stop_candidates:
-                    tail = self._tokenizer.decode(tokens[row][-tail_tokens:])
-                    stop_hit[row] = find_stop(tail, params.stop)
-                    if stop_hit[row] is not None:
-                        finish[row] = FinishReason.STOP
-                if finish[row] is None:
-                    still_active.append(row)
-            active = still_active
-            if not active or step + 1 == params.max_new_tokens:
-                break
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, 1))], 1)
-            position_ids = position_ids[:, -1:] + 1
-            out = self.model(
-                input_ids=next_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                cache=cache,
-                use_cache=True,
-            )
-            logits, cache = out.logits[:, -1, :], out.cache
-        return [
-            Generation(
-                token_ids=tuple(tokens[row]),
-                logprobs=tuple(logprobs[row]),
-                finish_reason=finish[row] or FinishReason.LENGTH,
-                stop_string=stop_hit[row],
-            )
-            for row in range(batch)
-        ]
-
-    def _prefill(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
-        prompts: Sequence[Sequence[int]],
-    ) -> tuple[torch.Tensor, object]:
-        """Last-position logits (B, V) and the KV cache of the prompts.
-
-        The G rollouts of a group start from one prompt: it is encoded once and its cache
-        repeated G times, which cuts the first turn's prefill by a factor G.
-        """
-        batch = input_ids.shape[0]
-        shared = batch > 1 and all(p == prompts[0] for p in prompts)
-        rows = slice(0, 1) if shared else slice(None)
-        out = self.model(
-            input_ids=input_ids[rows],
-            attention_mask=attention_mask[rows],
-            position_ids=position_ids[rows],
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        logits, cache = out.logits[:, -1, :], out.cache
-        if not shared:
-            return logits, cache
-        if not hasattr(cache, "batch_repeat_interleave"):  # A cache type we cannot repeat.
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            return out.logits[:, -1, :], out.cache
-        cache.batch_repeat_interleave(batch)
-        return logits.expand(batch, -1), cache
+        return generate_all(self.open_stream(), prompts, params)
 
     def _candidates(self, stops: tuple[str, ...]) -> frozenset[int]:
         """Ids whose text contains the last character of some stop string (or a partial byte)."""
@@ -204,15 +121,6 @@ class LocalBackend:
                 i for i, text in enumerate(texts) if any(c in text for c in last_chars)
             )
         return self._stop_candidates[stops]
-
-
-def _nucleus(logp: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Renormalised log-probs over the smallest set of tokens with mass >= top_p. (B, V)."""
-    sorted_logp, order = logp.sort(dim=-1, descending=True)
-    mass_before = sorted_logp.exp().cumsum(-1) - sorted_logp.exp()
-    sorted_logp = sorted_logp.masked_fill(mass_before >= top_p, float("-inf"))
-    kept = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
-    return torch.log_softmax(kept, dim=-1)
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:

@@ -1,8 +1,20 @@
 """Backend for a vLLM OpenAI-compatible server: prompts go out as token ids, token ids
 and behaviour log-probs come back. Retries with backoff on connection errors and 5xx.
 
-The server must run with `--logprobs-mode processed_logprobs` so returned log-probs are
-taken after temperature (infra/vllm/serve.sh does). A LoRA adapter is selected by
+Which log-probs come back: vLLM's `ModelConfig.logprobs_mode` decides, per server. Its
+default, `raw_logprobs`, returns log softmax of the raw logits, before any logit processor,
+temperature or top-k/top-p; `processed_logprobs` returns them "after applying all
+processors, including temperature and top_k/top_p" (vLLM's own words), i.e. the log of the
+distribution the token was actually drawn from. This backend needs the processed ones, and
+the server must run with `--logprobs-mode processed_logprobs` (infra/vllm/serve.sh does).
+Each request also switches off every other processor vLLM would otherwise take from the
+checkpoint's generation_config (repetition, frequency and presence penalties, min_p, top_k),
+so the processed log-prob is exactly log softmax(logits / T), renormalised over the top-p
+nucleus when top_p < 1: the μ the trainer compares against. `LOGPROBS_MODE` names this.
+
+One request per prompt, each with its own seed (vLLM seeds a per-request generator, so a
+request samples the same whatever else the server batches); `open_stream` keeps up to
+`max_concurrency` requests in flight across questions. A LoRA adapter is selected by
 passing its served name as `model`; `load_adapter` registers a new one at runtime.
 """
 
@@ -10,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,9 +31,20 @@ import httpx
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from futureworld.policy.base import FinishReason, Generation, SamplingParams
+from futureworld.policy.streaming import (
+    GenerationError,
+    StreamRequest,
+    StreamResult,
+    fresh_seed,
+    generate_all,
+)
+
+LOGPROBS_MODE = "processed_logprobs"
+"""The vLLM `--logprobs-mode` this backend's log-probs must come from: after temperature
+and top-p, with no other processor (the request disables them)."""
 
 
-class BackendError(RuntimeError):
+class BackendError(GenerationError):
     """The server could not produce a generation (after retries, or a 4xx)."""
 
 
@@ -96,19 +119,13 @@ class OpenAIHttpBackend:
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
     ) -> list[Generation]:
-        """One request per prompt, in parallel: a batched request would share one seed,
-        and the G identical prompts of a group would then sample identical rollouts."""
-        if not prompts:
-            return []
-        payloads = [
-            self._payload(prompt, params, None if params.seed is None else params.seed + i)
-            for i, prompt in enumerate(prompts)
-        ]
-        workers = min(self.config.max_concurrency, len(payloads))
-        if workers == 1:
-            return [self._complete(payloads[0])]
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(self._complete, payloads))
+        """One request per prompt, in parallel, row i with seed + i: a batched request would
+        share one seed, and the G identical prompts of a group would sample alike."""
+        return generate_all(self.open_stream(), prompts, params)
+
+    def open_stream(self) -> _HttpStream:
+        """Up to `max_concurrency` requests in flight; `advance` returns as soon as one ends."""
+        return _HttpStream(self)
 
     def load_adapter(self, name: str, path: Path | str) -> None:
         """Register a LoRA adapter directory (as seen by the server) under `name`.
@@ -130,7 +147,12 @@ class OpenAIHttpBackend:
             "max_tokens": params.max_new_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
+            # Every other processor off, whatever the checkpoint's generation_config says.
             "top_k": -1,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "frequency_penalty": 0.0,
+            "presence_penalty": 0.0,
             "n": 1,
             "logprobs": 1,
             "return_tokens_as_token_ids": True,
@@ -177,6 +199,46 @@ class OpenAIHttpBackend:
             f"{self.describe()}: POST {path} failed after "
             f"{self.config.max_retries + 1} attempts; last error: {last_error}"
         )
+
+
+class _HttpStream:
+    """A `GenerationStream` over a thread pool of `max_concurrency` workers sharing the
+    backend's connection pool; each request keeps its own seed."""
+
+    def __init__(self, backend: OpenAIHttpBackend) -> None:
+        self._backend = backend
+        self._limit = backend.config.max_concurrency
+        self._pool = ThreadPoolExecutor(max_workers=self._limit, thread_name_prefix="http-gen")
+        self._futures: dict[Future[Generation], int] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._futures)
+
+    def offer(self, request: StreamRequest) -> bool:
+        if self._futures and len(self._futures) >= self._limit:
+            return False
+        seed = fresh_seed() if request.params.seed is None else request.params.seed
+        payload = self._backend._payload(request.prompt, request.params, seed)
+        self._futures[self._pool.submit(self._backend._complete, payload)] = request.key
+        return True
+
+    def advance(self) -> list[StreamResult]:
+        if not self._futures:
+            return []
+        done, _ = wait(list(self._futures), return_when=FIRST_COMPLETED)
+        results = []
+        for future in done:
+            key = self._futures.pop(future)
+            try:
+                results.append(StreamResult(key=key, generation=future.result()))
+            except Exception as error:  # This request failed; the others go on.
+                results.append(StreamResult(key=key, error=error))
+        return results
+
+    def close(self) -> None:
+        self._futures = {}
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _generation_from_choice(choice: dict[str, Any]) -> Generation:

@@ -1,5 +1,10 @@
 """Rollouts and turns: bulk, idempotent persistence (COPY on Postgres), loading for replay,
-and the predict-time claim protocol (`FOR UPDATE SKIP LOCKED` on Postgres)."""
+the predict-time claim protocol (`FOR UPDATE SKIP LOCKED` on Postgres), and the count of a
+question's failed prediction attempts (pipeline events of the predict stage).
+
+Turn text is decoded from tokens, so it may hold any character, NUL included, which
+Postgres text columns refuse: NUL is stored as U+FFFD in turn text and tool arguments (the
+token ids stay the truth; SQLite stores the same, so both databases read back alike)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,16 @@ from sqlalchemy.orm import Session
 from futureworld.domain import ParseStatus, StopReason, Trajectory, Turn, utc_now
 from storage import codec
 from storage.repositories._sql import dialect, insert, insert_new
-from storage.tables import PredictionClaimRow, QuestionRow, RolloutRow, TurnRow
+from storage.tables import (
+    PipelineEventRow,
+    PredictionClaimRow,
+    QuestionRow,
+    RolloutRow,
+    TurnRow,
+)
+
+PREDICT_STAGE = "predict"
+"""The pipeline-event stage name predict records its failures under."""
 
 _ROLLOUT_COLUMNS = (
     "idempotency_key",
@@ -84,16 +98,21 @@ def _rollout_values(t: Trajectory) -> dict[str, Any]:
     }
 
 
+def text_safe(value: str | None) -> str | None:
+    """Text as a Postgres text column takes it: NUL replaced by U+FFFD."""
+    return None if value is None else value.replace("\x00", "\ufffd")
+
+
 def _turn_values(rollout_id: int, turn: Turn) -> dict[str, Any]:
     return {
         "rollout_id": rollout_id,
         "index": turn.index,
         "role": turn.role,
-        "text": turn.text,
+        "text": text_safe(turn.text),
         "token_start": turn.token_start,
         "token_end": turn.token_end,
         "tool_name": turn.tool_name,
-        "tool_args": turn.tool_args,
+        "tool_args": text_safe(turn.tool_args),
         "tool_result_ids": list(turn.tool_result_ids),
         "belief": turn.belief,
     }
@@ -402,3 +421,29 @@ def count_rollouts(session: Session, agent_id: int | None = None) -> int:
     if agent_id is not None:
         statement = statement.where(RolloutRow.agent_id == agent_id)
     return int(session.scalar(statement) or 0)
+
+
+def prediction_failure_source(question_id: int, agent_id: int) -> str:
+    """The pipeline-event `source` of a failed prediction of one question by one agent."""
+    return f"q{question_id}-a{agent_id}"
+
+
+def prediction_failures(session: Session, agent_id: int) -> dict[int, int]:
+    """question id → failed prediction attempts recorded for this agent (error-level events
+    of the predict stage, any policy version)."""
+    source = PipelineEventRow.source
+    rows = session.execute(
+        select(source, func.count())
+        .where(
+            PipelineEventRow.stage == PREDICT_STAGE,
+            PipelineEventRow.level == "error",
+            source.like(f"q%-a{agent_id}"),
+        )
+        .group_by(source)
+    ).all()
+    failures: dict[int, int] = {}
+    for name, count in rows:
+        question, _, agent = name[1:].partition("-a")
+        if question.isdigit() and agent == str(agent_id):
+            failures[int(question)] = int(count)
+    return failures

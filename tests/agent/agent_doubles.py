@@ -14,6 +14,7 @@ from futureworld.agent.tools import InMemoryCorpus
 from futureworld.domain import Article, Question
 from futureworld.policy.base import FinishReason, Generation, SamplingParams
 from futureworld.policy.local import LocalBackend
+from futureworld.policy.streaming import SequentialStream
 
 CUTOFF = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
@@ -78,9 +79,10 @@ class RecordingCorpus(InMemoryCorpus):
 class ScriptedBackend:
     """Stands in for an external model with fixed replies, for deterministic loop tests.
 
-    Call k (not counting belief calls) answers row j with `turns[min(k, last)][j % n]`;
-    belief calls (stop is only "</probability>") answer `belief_reply`. Log-probs are
-    distinct negative numbers so tests can check where each one lands.
+    A context at turn k (the k-th assistant header after the prompt's) is answered with
+    `turns[min(k, last)][j % n]`, j counting the calls of that turn; belief calls (stop is
+    only "</probability>") answer `belief_reply`. Log-probs are distinct negative numbers
+    so tests can check where each one lands. Its stream answers one request per call.
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class ScriptedBackend:
         self.calls: list[tuple[list[list[int]], SamplingParams]] = []
         self.belief_calls: list[list[list[int]]] = []
         self._counter = 0
+        self._per_turn: dict[int, int] = {}
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
@@ -102,6 +105,13 @@ class ScriptedBackend:
 
     def describe(self) -> str:
         return "scripted"
+
+    def open_stream(self) -> SequentialStream:
+        return SequentialStream(self.generate)
+
+    def _turn_of(self, context: list[int]) -> int:
+        text = self._tokenizer.decode(context, skip_special_tokens=False)
+        return text.count("<|im_start|>assistant") - 1
 
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams
@@ -111,9 +121,12 @@ class ScriptedBackend:
             self.belief_calls.append(contexts)
             replies = [self.belief_reply] * len(prompts)
         else:
-            replies_for_turn = self.turns[min(len(self.calls), len(self.turns) - 1)]
             self.calls.append((contexts, params))
-            replies = [replies_for_turn[j % len(replies_for_turn)] for j in range(len(prompts))]
+            replies = []
+            for context in contexts:
+                turn = min(self._turn_of(context), len(self.turns) - 1)
+                j = self._per_turn[turn] = self._per_turn.get(turn, -1) + 1
+                replies.append(self.turns[turn][j % len(self.turns[turn])])
         generations = []
         for reply in replies:
             ids = self._tokenizer.encode(reply, add_special_tokens=False)

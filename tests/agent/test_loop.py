@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from futureworld.agent.loop import run_group
+from futureworld.agent.engine import run_group
 from futureworld.agent.prompts import BELIEF_PREFIX, encode_prompt
 from futureworld.domain import GenerationSettings, ParseStatus, StopReason, Trajectory
 from futureworld.policy.local import LocalBackend
@@ -199,8 +199,8 @@ def test_beliefs_are_elicited_on_a_side_copy_after_each_tool_turn(tiny_backend: 
     config = _settings(elicit_beliefs=True)
     trajectories = _run(scripted, samples=2, config=config)
     belief_prefix = tokenizer.encode(BELIEF_PREFIX, add_special_tokens=False)
-    assert len(scripted.belief_calls) == 1
-    for context, trajectory in zip(scripted.belief_calls[0], trajectories, strict=True):
+    contexts = [context for call in scripted.belief_calls for context in call]
+    for context, trajectory in zip(contexts, trajectories, strict=True):
         tool = trajectory.turns[1]
         assert tool.belief == 0.6 and trajectory.p_yes == 0.55
         full = list(trajectory.prompt_token_ids) + list(trajectory.completion_token_ids)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from futureworld.agent.loop import run_group
+from futureworld.agent.engine import run_group
 from futureworld.domain import GenerationSettings
 from futureworld.policy.base import PolicyBackend, SamplingParams
 from futureworld.policy.local import LocalBackend

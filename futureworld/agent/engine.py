@@ -1,0 +1,447 @@
+"""The rollout engine: many questions' groups in flight at once over one generation stream.
+
+Jobs (a question and the sample indices it still lacks) are pulled lazily, only when the
+backend's stream has room for more rows, so a caller that claims work per job never holds
+more than is running. Every turn of every active rollout is one stream request with its own
+seed; the local backend batches all of them into each decode step and refills as rows end,
+the HTTP backend keeps `max_concurrency` requests in flight. Requests of groups started
+earlier go first (a multi-turn rollout's next turn before a new group's first), so groups
+finish in about the order they started. A group is handed to `on_group` the moment its last
+rollout ends, so a crash loses at most the groups in flight.
+
+Sampling is seeded per rollout (futureworld.agent.loop: seed per (agent seed, question,
+version, sample)), and each request samples from its own seed alone, so a rollout is the
+same whatever else runs beside it: the engine's rollouts equal a one-at-a-time loop's.
+
+Failures are per group and never stop the run: a prompt too long even after cutting, or a
+request the backend could not generate, fails its group (`on_failure`) and the others go on.
+When a whole decode step raises (it cannot say which row was at fault), the groups in flight
+are re-run one at a time, each alone, so only the group that fails alone is failed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import secrets
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from futureworld.agent.loop import (
+    PromptTooLong,
+    Rollout,
+    append_generation,
+    belief_seed,
+    call_tool,
+    fit_prompt,
+    record_belief,
+    turn_seed,
+)
+from futureworld.agent.parsing import ACTION_STOP_STRINGS
+from futureworld.agent.prompts import BELIEF_PREFIX, observation_frame
+from futureworld.agent.tools import Corpus
+from futureworld.domain import (
+    GenerationSettings,
+    ParseStatus,
+    Question,
+    StopReason,
+    Trajectory,
+    utc_now,
+)
+from futureworld.policy.base import PolicyBackend, SamplingParams
+from futureworld.policy.streaming import GenerationError, StreamRequest
+
+
+class FailureKind(StrEnum):
+    PROMPT_TOO_LONG = "prompt_too_long"
+    """The prompt leaves no room for a turn even after the cut rule."""
+    GENERATION_ERROR = "generation_error"
+    """The backend could not generate one of the group's requests."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupJob:
+    """The samples of one question's group still to generate."""
+
+    question: Question
+    samples: tuple[int, ...]
+    """Sample indices, e.g. (0, …, G − 1), or the missing ones of a partial group."""
+    seeds: tuple[int, ...]
+    """One rollout seed per sample index."""
+    as_of: datetime
+    """The forecast's instant; search sees min(as_of, question.info_cutoff_at)."""
+
+    def __post_init__(self) -> None:
+        if self.question.id is None:
+            q = self.question
+            raise ValueError(f"question {q.source}/{q.external_id} has no id yet")
+        if not self.samples or len(self.samples) != len(self.seeds):
+            raise ValueError(
+                f"question {self.question.id}: {len(self.samples)} samples need as many "
+                f"seeds (got {len(self.seeds)}), at least one"
+            )
+
+
+@dataclass(frozen=True)
+class GroupFailure:
+    job: GroupJob
+    kind: FailureKind
+    detail: str
+
+
+@dataclass
+class EngineStats:
+    """What one `run` did."""
+
+    groups: int = 0
+    failed: int = 0
+    generated_tokens: int = 0
+    requests: int = 0
+    cut_prompts: list[tuple[GroupJob, str]] = field(default_factory=list)
+
+
+OnGroup = Callable[[GroupJob, list[Trajectory]], None]
+OnFailure = Callable[[GroupFailure], None]
+
+
+@dataclass
+class _Group:
+    job: GroupJob
+    order: int
+    prompt: list[int]
+    rollouts: list[Rollout]
+    search_as_of: datetime
+    started: float
+    remaining: int
+    failed: bool = False
+
+
+@dataclass(order=True)
+class _Request:
+    order: int
+    key: int
+    group: _Group = field(compare=False)
+    rollout: Rollout = field(compare=False)
+    stream_request: StreamRequest = field(compare=False)
+    budget: int = field(compare=False, default=0)
+    belief_turn: int | None = field(compare=False, default=None)
+    """For a belief side generation: the tool turn its answer belongs to."""
+    submitted_at: float = field(compare=False, default=0.0)
+
+
+class RolloutEngine:
+    """Runs groups of rollouts for one policy version over one backend and corpus."""
+
+    def __init__(
+        self,
+        backend: PolicyBackend,
+        corpus: Corpus,
+        settings: GenerationSettings,
+        *,
+        agent_id: int,
+        policy_version: int,
+    ) -> None:
+        self._backend = backend
+        self._corpus = corpus
+        self._settings = settings
+        self._agent_id = agent_id
+        self._policy_version = policy_version
+        tokenizer = backend.tokenizer
+        self._tokenizer = tokenizer
+        self._frame = observation_frame(tokenizer, settings.observation_role)
+        self._belief_ids = tokenizer.encode(BELIEF_PREFIX, add_special_tokens=False)
+        self._stops = tuple(dict.fromkeys(ACTION_STOP_STRINGS))
+        self._keys = 0
+        self._orders = 0
+
+    def run(
+        self,
+        jobs: Iterable[GroupJob],
+        on_group: OnGroup,
+        on_failure: OnFailure | None = None,
+    ) -> EngineStats:
+        """Run every job's rollouts, handing each group to `on_group` as soon as it is
+        complete and each failed group to `on_failure` (default: raise its error)."""
+        stats = EngineStats()
+        self._run(iter(jobs), on_group, on_failure or _raise, stats, alone=False)
+        return stats
+
+    def _run(
+        self,
+        jobs: Iterator[GroupJob],
+        on_group: OnGroup,
+        on_failure: OnFailure,
+        stats: EngineStats,
+        *,
+        alone: bool,
+    ) -> None:
+        stream = self._backend.open_stream()
+        ready: list[_Request] = []
+        in_flight: dict[int, _Request] = {}
+        active: dict[int, _Group] = {}
+        exhausted = False
+        try:
+            while True:
+                while True:
+                    while ready and ready[0].group.failed:
+                        heapq.heappop(ready)
+                    if not ready:
+                        job = None if exhausted else next(jobs, None)
+                        if job is None:
+                            exhausted = True
+                            break
+                        group = self._start(job, on_failure, stats)
+                        if group is not None:
+                            active[group.order] = group
+                            for rollout in group.rollouts:
+                                heapq.heappush(ready, self._turn_request(group, rollout))
+                        continue
+                    if not stream.offer(ready[0].stream_request):
+                        break
+                    request = heapq.heappop(ready)
+                    request.submitted_at = time.perf_counter()
+                    in_flight[request.key] = request
+                    stats.requests += 1
+                if not in_flight:
+                    if ready:  # The stream contract: an empty stream takes any request.
+                        raise RuntimeError(f"{self._backend.describe()} refused a request")
+                    break
+                try:
+                    results = stream.advance()
+                except Exception as error:  # A whole step failed: no row to blame yet.
+                    stream.close()
+                    suspects = sorted(active.values(), key=lambda g: g.order)
+                    ready.clear()
+                    in_flight.clear()
+                    active.clear()
+                    if alone:
+                        for group in suspects:
+                            self._fail(group, FailureKind.GENERATION_ERROR, error, on_failure)
+                            stats.failed += 1
+                    else:
+                        for group in suspects:
+                            self._run(iter([group.job]), on_group, on_failure, stats, alone=True)
+                    stream = self._backend.open_stream()
+                    continue
+                for result in results:
+                    request = in_flight.pop(result.key)
+                    group = request.group
+                    if group.failed:
+                        continue
+                    if result.generation is None:
+                        error = result.error or GenerationError("no generation")
+                        self._fail(group, FailureKind.GENERATION_ERROR, error, on_failure)
+                        stats.failed += 1
+                        del active[group.order]
+                        continue
+                    stats.generated_tokens += len(result.generation.token_ids)
+                    for follow_up in self._apply(request, result.generation):
+                        heapq.heappush(ready, follow_up)
+                    if request.rollout.done:
+                        group.remaining -= 1
+                        if group.remaining == 0:
+                            del active[group.order]
+                            on_group(group.job, self._trajectories(group))
+                            stats.groups += 1
+        finally:
+            stream.close()
+
+    def _start(self, job: GroupJob, on_failure: OnFailure, stats: EngineStats) -> _Group | None:
+        """Encode (and if need be cut) the job's prompt; a prompt that cannot fit fails."""
+        question = job.question
+        search_as_of = min(job.as_of, question.info_cutoff_at)
+        self._orders += 1
+        try:
+            fitted = fit_prompt(
+                self._tokenizer, question, as_of=search_as_of, settings=self._settings
+            )
+        except PromptTooLong as error:
+            stats.failed += 1
+            group = _Group(job, self._orders, [], [], search_as_of, 0.0, 0)
+            self._fail(group, FailureKind.PROMPT_TOO_LONG, error, on_failure)
+            return None
+        if fitted.cut is not None:
+            stats.cut_prompts.append((job, fitted.cut))
+        rollouts = [
+            Rollout(index=index, seed=seed)
+            for index, seed in zip(job.samples, job.seeds, strict=True)
+        ]
+        return _Group(
+            job=job,
+            order=self._orders,
+            prompt=fitted.ids,
+            rollouts=rollouts,
+            search_as_of=search_as_of,
+            started=time.perf_counter(),
+            remaining=len(rollouts),
+        )
+
+    def _fail(
+        self, group: _Group, kind: FailureKind, error: BaseException, on_failure: OnFailure
+    ) -> None:
+        group.failed = True
+        on_failure(GroupFailure(group.job, kind, f"{type(error).__name__}: {error}"))
+
+    def _next_key(self) -> int:
+        self._keys += 1
+        return self._keys
+
+    def _turn_request(self, group: _Group, rollout: Rollout) -> _Request:
+        settings = self._settings
+        budget = settings.max_total_tokens - len(group.prompt) - len(rollout.completion)
+        params = SamplingParams(
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            max_new_tokens=min(settings.max_new_tokens, budget),
+            seed=turn_seed(rollout.seed, rollout.turn_no),
+            stop=self._stops,
+        )
+        key = self._next_key()
+        prompt = (*group.prompt, *rollout.completion)
+        stream_request = StreamRequest(key=key, prompt=prompt, params=params)
+        return _Request(group.order, key, group, rollout, stream_request, budget=budget)
+
+    def _belief_request(self, group: _Group, rollout: Rollout) -> _Request:
+        settings = self._settings
+        params = SamplingParams(
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            max_new_tokens=settings.belief_max_new_tokens,
+            seed=belief_seed(rollout.seed, rollout.turn_no),
+            stop=("</probability>",),
+        )
+        key = self._next_key()
+        prompt = (*group.prompt, *rollout.completion, *self._belief_ids)
+        stream_request = StreamRequest(key=key, prompt=prompt, params=params)
+        rollout.beliefs_pending += 1
+        return _Request(
+            group.order,
+            key,
+            group,
+            rollout,
+            stream_request,
+            belief_turn=len(rollout.turns) - 1,
+        )
+
+    def _apply(self, request: _Request, generation) -> list[_Request]:
+        """Apply a finished request to its rollout; return the requests it leads to."""
+        rollout, group = request.rollout, request.group
+        elapsed = time.perf_counter() - request.submitted_at
+        rollout.generate_s += elapsed
+        if request.belief_turn is not None:
+            record_belief(rollout, request.belief_turn, generation, self._tokenizer)
+            rollout.beliefs_pending -= 1
+            return []
+        settings = self._settings
+        action = append_generation(rollout, generation, request.budget, self._tokenizer)
+        if rollout.stop is not None:
+            return []
+        if rollout.turn_no + 1 == settings.max_turns:
+            rollout.stop = StopReason.MAX_TURNS
+            return []
+        call_tool(
+            rollout,
+            action,
+            self._corpus,
+            group.search_as_of,
+            group.prompt,
+            self._frame,
+            settings,
+            self._tokenizer,
+        )
+        if rollout.stop is not None:
+            return []
+        follow_ups = []
+        if settings.elicit_beliefs:
+            follow_ups.append(self._belief_request(group, rollout))
+        rollout.turn_no += 1
+        follow_ups.append(self._turn_request(group, rollout))
+        return follow_ups
+
+    def _trajectories(self, group: _Group) -> list[Trajectory]:
+        settings = self._settings
+        total_s = time.perf_counter() - group.started
+        question = group.job.question
+        assert question.id is not None
+        out = []
+        for r in group.rollouts:
+            p_yes, status = _final_answer(r)
+            recorded = SamplingParams(
+                temperature=settings.temperature,
+                top_p=settings.top_p,
+                max_new_tokens=settings.max_new_tokens,
+                seed=r.seed,
+                stop=self._stops,
+            )
+            sampling = {
+                **recorded.to_dict(),
+                "agent": asdict(settings),
+                "backend": self._backend.describe(),
+            }
+            out.append(
+                Trajectory(
+                    question_id=question.id,
+                    agent_id=self._agent_id,
+                    policy_version=self._policy_version,
+                    sample_index=r.index,
+                    prompt_token_ids=tuple(group.prompt),
+                    completion_token_ids=tuple(r.completion),
+                    loss_mask=tuple(r.mask),
+                    behaviour_logprobs=tuple(r.logprobs),
+                    turns=tuple(r.turns),
+                    p_yes=p_yes,
+                    parse_status=status,
+                    stop_reason=r.stop or StopReason.MAX_TURNS,
+                    sampling=sampling,
+                    timings={"generate_s": r.generate_s, "tool_s": r.tool_s, "total_s": total_s},
+                    as_of=group.job.as_of,
+                )
+            )
+        return out
+
+
+def _final_answer(rollout: Rollout) -> tuple[float | None, ParseStatus]:
+    from futureworld.agent.parsing import parse_answer
+
+    p_yes, status = parse_answer(rollout.last_text)
+    if rollout.stop is not StopReason.ANSWERED and status is ParseStatus.OK:
+        return None, ParseStatus.MISSING
+    return p_yes, status
+
+
+def _raise(failure: GroupFailure) -> None:
+    if failure.kind is FailureKind.PROMPT_TOO_LONG:
+        raise PromptTooLong(failure.detail)
+    raise GenerationError(f"question {failure.job.question.id}: {failure.detail}")
+
+
+def run_group(
+    question: Question,
+    backend: PolicyBackend,
+    corpus: Corpus,
+    *,
+    samples: int,
+    agent_id: int,
+    policy_version: int,
+    settings: GenerationSettings = GenerationSettings(),
+    seed: int | None = None,
+    as_of: datetime | None = None,
+) -> list[Trajectory]:
+    """The `samples` rollouts of one question, through the engine; sample i's rollout seed
+    is seed + i (random without a seed). Raises when the group cannot be forecast."""
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    base = secrets.randbits(32) if seed is None else seed
+    job = GroupJob(
+        question=question,
+        samples=tuple(range(samples)),
+        seeds=tuple(base + i for i in range(samples)),
+        as_of=utc_now() if as_of is None else as_of,
+    )
+    groups: list[list[Trajectory]] = []
+    RolloutEngine(backend, corpus, settings, agent_id=agent_id, policy_version=policy_version).run(
+        [job], lambda _job, trajectories: groups.append(trajectories)
+    )
+    return groups[0]
