@@ -22,7 +22,7 @@ when the demo's claim (`learning_claim`) holds: Brier and ECE on the panel both 
 round 0 to the last round beyond their 95% paired bootstrap intervals (questions resampled in
 both rounds at once), without the parse rate falling by more than 0.02.
 
-    .venv/bin/python benchmarks/learning_curve.py [--rounds 30 --lr 1e-3 --accum 40 ...]
+    .venv/bin/python benchmarks/learning_curve.py [--rounds 30 --lr 1e-3 --groups-per-step 5 ...]
 
 What tuning found (16 rounds, evaluation 500 questions × 2, seed 0; "exp" is the
 outcome-noise-free expected Brier, floor 0.17), measured before this script reused the demo's
@@ -137,10 +137,10 @@ class CurveConfig:
     micro_batch_tokens: int = 1
     """Tokens per packed row; 1 gives every rollout its own row, which on CPU is ~2.5x faster
     than packing (no block-diagonal attention mask to build)."""
-    sft_accum: int = 4
-    """Rows (rollouts, with micro_batch_tokens=1) per SFT optimiser step."""
-    accum: int = 40
-    """Rows per RL optimiser step."""
+    sft_groups_per_step: int = 4
+    """Demonstrations per SFT optimiser step (SFT counts each trajectory as a group)."""
+    groups_per_step: int = 5
+    """Whole groups per RL optimiser step: 5 × G 8 = the 40 rollouts a step tuning found."""
     estimator: Estimator = Estimator.DR_GRPO
     """Advantage estimator."""
     delay: int = 1
@@ -343,7 +343,7 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
             learning_rate=cfg.sft_lr,
             ppo_epochs=cfg.sft_epochs,
             micro_batch_tokens=cfg.micro_batch_tokens,
-            grad_accum_steps=cfg.sft_accum,
+            groups_per_step=cfg.sft_groups_per_step,
             precision="fp32",
             seed=cfg.seed,
         )
@@ -366,7 +366,7 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
         learning_rate=cfg.lr,
         ppo_epochs=cfg.ppo_epochs,
         micro_batch_tokens=cfg.micro_batch_tokens,
-        grad_accum_steps=cfg.accum,
+        groups_per_step=cfg.groups_per_step,
         temperature=cfg.temperature,
         precision="fp32",
     )

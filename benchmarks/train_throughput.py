@@ -1,10 +1,12 @@
 """Training throughput of the RL update step against a minimal torch loop, and packing waste.
 
-Runs `futureworld.rl.trainer.train_step` (decoupled PPO: off-policy mask, chunked log-probs,
-clipped loss, grad clipping, AdamW) and a reference loop (full-vocabulary forward,
-advantage-weighted NLL, backward, AdamW) on the same packed rows of a Qwen2 with hidden 256
-and 4 layers, and reports tokens/s and their ratio (target ≥ 0.85). Then measures the padding
-that packing avoids on a lognormal mix of rollout lengths (200–2000 tokens).
+Runs `futureworld.rl.trainer.train_step` (decoupled PPO: off-policy mask and normaliser over
+the whole step, chunked log-probs, clipped loss, gradient accumulation over the step's packed
+rows, grad clipping, AdamW) and a reference loop (per row: full-vocabulary forward,
+advantage-weighted NLL, backward; then one AdamW step) on the same group-aligned optimiser
+steps (`pack_steps`: one group of 4 rollouts a step, rows of ≤ 2048 tokens) of a Qwen2 with
+hidden 256 and 4 layers, and reports tokens/s and their ratio (target ≥ 0.85). Then measures
+the padding that packing avoids on a lognormal mix of rollout lengths (200–2000 tokens).
 
     python benchmarks/train_throughput.py
 """
@@ -14,18 +16,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from futureworld.domain import Trajectory
-from futureworld.rl.batch import PackedRow, pack_trajectories, packing_stats
+from futureworld.rl.batch import PackedRow, StepBatch, pack_steps, packing_stats
 from futureworld.rl.config import TrainConfig
 from futureworld.rl.trainer import frozen_logprobs, train_step
 
 VOCAB = 4096
 BUDGETS = (2048, 4096, 8192)
+GROUP_SIZE = 4
+"""Rollouts per group (question); a step holds `groups_per_step` whole groups."""
 
 
 def lognormal_lengths(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -43,10 +48,10 @@ def synthetic_trajectories(rng: np.random.Generator, lengths: np.ndarray) -> lis
         logp = np.where(mask == 1, -rng.exponential(1.5, n_completion), 0.0)
         out.append(
             Trajectory(
-                question_id=i // 8,
+                question_id=i // GROUP_SIZE,
                 agent_id=1,
                 policy_version=0,
-                sample_index=i % 8,
+                sample_index=i % GROUP_SIZE,
                 prompt_token_ids=tuple(rng.integers(0, VOCAB, n_prompt).tolist()),
                 completion_token_ids=tuple(rng.integers(0, VOCAB, n_completion).tolist()),
                 loss_mask=tuple(mask.tolist()),
@@ -73,63 +78,91 @@ def build_model(seed: int) -> Qwen2ForCausalLM:
 
 
 def reference_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, row: PackedRow
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, rows: Sequence[PackedRow]
 ) -> None:
-    """forward → advantage-weighted NLL on generated tokens → backward → AdamW step."""
+    """Per row: forward → advantage-weighted NLL on generated tokens → backward; one AdamW step."""
     optimizer.zero_grad(set_to_none=True)
-    logits = model(input_ids=row.input_ids, position_ids=row.position_ids, use_cache=False).logits
-    logp = logits.float().log_softmax(-1).gather(-1, row.target_ids[..., None]).squeeze(-1)
-    loss = -(logp * row.advantages * row.mask).sum() / row.mask.sum()
-    loss.backward()
+    n = sum(int(r.mask.sum()) for r in rows)
+    for row in rows:
+        logits = model(
+            input_ids=row.input_ids, position_ids=row.position_ids, use_cache=False
+        ).logits
+        logp = logits.float().log_softmax(-1).gather(-1, row.target_ids[..., None]).squeeze(-1)
+        loss = -(logp * row.advantages * row.mask).sum() / n
+        loss.backward()
     optimizer.step()
 
 
-def measure_throughput(steps: int, seed: int) -> tuple[float, float, float]:
-    """(our tokens/s, reference tokens/s, median per-row throughput ratio)."""
+def measure_throughput(
+    steps: int, seed: int, groups_per_step: int
+) -> tuple[float, float, float, float]:
+    """(our tokens/s, reference tokens/s, median per-step throughput ratio, rows per step)."""
     rng = np.random.default_rng(seed)
-    config = TrainConfig(learning_rate=1e-5, micro_batch_tokens=2048, precision="fp32", seed=seed)
-    trajectories = synthetic_trajectories(rng, lognormal_lengths(rng, 48))
+    config = TrainConfig(
+        learning_rate=1e-5,
+        micro_batch_tokens=2048,
+        groups_per_step=groups_per_step,
+        temperature=1.0,
+        precision="fp32",
+        seed=seed,
+    )
+    n_rollouts = (steps + 1) * groups_per_step * GROUP_SIZE
+    trajectories = synthetic_trajectories(rng, lognormal_lengths(rng, n_rollouts))
     advantages = [rng.normal(size=len(t.completion_token_ids)).astype(np.float32) * t.loss_mask
                   for t in trajectories]  # fmt: skip
-    rows = pack_trajectories(trajectories, advantages, config.micro_batch_tokens)
-    rows = sorted(rows, key=lambda r: -r.num_tokens)[: steps + 1]  # the fullest rows
+    batches: list[StepBatch] = pack_steps(
+        trajectories,
+        advantages,
+        [GROUP_SIZE] * (n_rollouts // GROUP_SIZE),
+        config.groups_per_step,
+        config.micro_batch_tokens,
+    )
     ours, ref = build_model(seed), build_model(seed)
-    prox = frozen_logprobs(ours, rows, config)
-    rows = [dataclasses.replace(r, logp_prox=p) for r, p in zip(rows, prox, strict=True)]
+    with_prox = []
+    for batch in batches:
+        prox = frozen_logprobs(ours, batch.rows, config)
+        with_prox.append(
+            [dataclasses.replace(r, logp_prox=p) for r, p in zip(batch.rows, prox, strict=True)]
+        )
     opt_ours = torch.optim.AdamW(ours.parameters(), lr=config.learning_rate)
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=config.learning_rate)
     ref.train()
-    train_step(ours, opt_ours, rows[:1], config)  # warm-up: allocator, AdamW state
-    reference_step(ref, opt_ref, rows[0])
-    pairs = []  # (ours, reference) seconds per row, interleaved so load bursts hit both
-    for row in rows[1:]:
+    train_step(ours, opt_ours, with_prox[0], config)  # warm-up: allocator, AdamW state
+    reference_step(ref, opt_ref, with_prox[0])
+    pairs = []  # (tokens, ours, reference) seconds per step, interleaved so load bursts hit both
+    for rows in with_prox[1:]:
         start = time.perf_counter()
-        train_step(ours, opt_ours, [row], config)
+        train_step(ours, opt_ours, rows, config)
         mid = time.perf_counter()
-        reference_step(ref, opt_ref, row)
-        pairs.append((row.num_tokens, mid - start, time.perf_counter() - mid))
+        reference_step(ref, opt_ref, rows)
+        pairs.append((sum(r.num_tokens for r in rows), mid - start, time.perf_counter() - mid))
     tokens = sum(n for n, _, _ in pairs)
     ratio = float(np.median([t_ref / t_ours for _, t_ours, t_ref in pairs]))
     return (
         tokens / sum(t for _, t, _ in pairs),
         tokens / sum(t for _, _, t in pairs),
         ratio,
+        float(np.mean([len(rows) for rows in with_prox[1:]])),
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=4, help="timed steps of 2048-token rows")
+    parser.add_argument("--steps", type=int, default=4, help="timed optimiser steps")
+    parser.add_argument(
+        "--groups-per-step", type=int, default=1, help=f"groups of {GROUP_SIZE} rollouts a step"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    ours, ref, ratio = measure_throughput(args.steps, args.seed)
-    print(f"{'training step (hidden 256, 4 layers, vocab 4096)':<52}{'tokens/s':>12}")
+    ours, ref, ratio, rows = measure_throughput(args.steps, args.seed, args.groups_per_step)
+    title = f"optimiser step: {args.groups_per_step} x {GROUP_SIZE} rollouts, {rows:.1f} rows"
+    print(f"{title:<52}{'tokens/s':>12}")
     print(f"{'  futureworld.rl train_step (decoupled PPO)':<52}{ours:>12.0f}")
     print(f"{'  reference loop (forward, backward, AdamW)':<52}{ref:>12.0f}")
-    print(f"{'  ratio, median over rows (target >= 0.85)':<52}{ratio:>12.2f}")
+    print(f"{'  ratio, median over steps (target >= 0.85)':<52}{ratio:>12.2f}")
 
     lengths = lognormal_lengths(np.random.default_rng(args.seed), 512).tolist()
     print(f"\n{'padding waste, 512 rollouts of 200-2000 tokens':<48}", end="")

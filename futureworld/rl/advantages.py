@@ -3,6 +3,8 @@
 Each estimator is a pure function of one group (rollouts sharing `trajectory.group_key`)
 and the config; `compute_advantages` groups, dispatches through `ADVANTAGE_ESTIMATORS` and
 counts skipped groups. Tokens with loss mask 0 (observations) always get advantage 0.
+SFT has no baseline to share, so there every trajectory is a group of its own (the unit an
+optimiser step counts).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from futureworld.domain import MIN_GROUP_SIZE, ScoredRollout
 from futureworld.rewards import UNPARSEABLE_REWARD
-from futureworld.rl.config import Estimator, TrainConfig
+from futureworld.rl.config import Estimator, Objective, TrainConfig
 
 TokenAdvantages = list[np.ndarray]
 """One float32 array per rollout, shape (len(completion_token_ids),)."""
@@ -166,11 +168,17 @@ def sft(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages 
 @dataclass(frozen=True)
 class Advantages:
     rollouts: tuple[ScoredRollout, ...]
-    """The rollouts that received advantages, groups in first-appearance order."""
+    """The rollouts that received advantages, groups in first-appearance order, each group's
+    rollouts consecutive."""
     token_advantages: tuple[np.ndarray, ...]
     """Per rollout, float32 of shape (len(completion_token_ids),)."""
-    groups_used: int
+    group_sizes: tuple[int, ...]
+    """Sizes of the consecutive groups of `rollouts`."""
     groups_skipped: int
+
+    @property
+    def groups_used(self) -> int:
+        return len(self.group_sizes)
 
 
 def group_rollouts(rollouts: Sequence[ScoredRollout]) -> list[list[ScoredRollout]]:
@@ -190,9 +198,14 @@ def compute_advantages(rollouts: Sequence[ScoredRollout], config: TrainConfig) -
                 f"{rollout.reward}"
             )
     estimator = ADVANTAGE_ESTIMATORS[config.estimator]
-    groups = group_rollouts(rollouts)
+    groups = (
+        group_rollouts(rollouts)
+        if config.objective is Objective.DECOUPLED_PPO
+        else [[rollout] for rollout in rollouts]
+    )
     kept: list[ScoredRollout] = []
     advantages: list[np.ndarray] = []
+    sizes: list[int] = []
     skipped = 0
     for group in groups:
         result = estimator(group, config)
@@ -201,7 +214,8 @@ def compute_advantages(rollouts: Sequence[ScoredRollout], config: TrainConfig) -
             continue
         kept.extend(group)
         advantages.extend(result)
-    return Advantages(tuple(kept), tuple(advantages), len(groups) - skipped, skipped)
+        sizes.append(len(group))
+    return Advantages(tuple(kept), tuple(advantages), tuple(sizes), skipped)
 
 
 ADVANTAGE_ESTIMATORS: dict[Estimator, AdvantageFn] = {

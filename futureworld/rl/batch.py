@@ -1,9 +1,11 @@
-"""Packed micro-batches and chunked per-token log-probs.
+"""Optimiser steps of whole groups, packed micro-batches and chunked per-token log-probs.
 
-Several rollouts are concatenated into one row (first-fit decreasing under a token budget)
-with position ids restarting at 0 for each rollout; transformers turns restarting position
-ids into a block-diagonal causal mask, so attention never crosses rollouts and no token is
-padding. `token_logprobs` projects to the vocabulary only at generated positions, in chunks.
+An optimiser step holds K whole groups in replay order (`plan_steps`); only then are the
+step's rollouts packed, so packing never moves a rollout to another step. Several rollouts
+are concatenated into one row (first-fit decreasing under a token budget) with position ids
+restarting at 0 for each rollout; transformers turns restarting position ids into a
+block-diagonal causal mask, so attention never crosses rollouts and no token is padding.
+`token_logprobs` projects to the vocabulary only at generated positions, in chunks.
 """
 
 from __future__ import annotations
@@ -107,10 +109,7 @@ def _row(
     )
 
 
-def pack_trajectories(
-    trajectories: Sequence[Trajectory], advantages: Sequence[np.ndarray], budget_tokens: int
-) -> list[PackedRow]:
-    """Packs rollouts (prompt + completion) into rows of ≤ budget_tokens, zero padding."""
+def _check_packable(trajectories: Sequence[Trajectory], advantages: Sequence[np.ndarray]) -> None:
     if len(trajectories) != len(advantages):
         raise ValueError(f"{len(trajectories)} trajectories but {len(advantages)} advantage arrays")
     for traj, adv in zip(trajectories, advantages, strict=True):
@@ -124,8 +123,81 @@ def pack_trajectories(
                 f"rollout {traj.idempotency_key}: {len(adv)} advantages for "
                 f"{len(traj.completion_token_ids)} completion tokens"
             )
-    lengths = [_sequence_length(t) for t in trajectories]
-    return [_row(trajectories, advantages, b) for b in first_fit_decreasing(lengths, budget_tokens)]
+
+
+def _pack(
+    trajectories: Sequence[Trajectory],
+    advantages: Sequence[np.ndarray],
+    indices: Sequence[int],
+    budget_tokens: int,
+) -> list[PackedRow]:
+    """Rows of the rollouts `indices` (first-fit decreasing); rows keep the global indices."""
+    lengths = [_sequence_length(trajectories[i]) for i in indices]
+    return [
+        _row(trajectories, advantages, [indices[b] for b in bin_])
+        for bin_ in first_fit_decreasing(lengths, budget_tokens)
+    ]
+
+
+def pack_trajectories(
+    trajectories: Sequence[Trajectory], advantages: Sequence[np.ndarray], budget_tokens: int
+) -> list[PackedRow]:
+    """Packs rollouts (prompt + completion) into rows of ≤ budget_tokens, zero padding."""
+    _check_packable(trajectories, advantages)
+    return _pack(trajectories, advantages, range(len(trajectories)), budget_tokens)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """The data of one optimiser step: whole groups, consecutive in replay order."""
+
+    rows: tuple[PackedRow, ...]
+    """Packed micro-batches whose gradients are summed into the step."""
+    rollouts: range
+    """Indices of the step's rollouts in replay order (every row's `rollout_indices`)."""
+    groups: int
+    """Number of whole groups in the step."""
+
+
+def plan_steps(group_sizes: Sequence[int], groups_per_step: int) -> list[tuple[range, int]]:
+    """(rollout index range, group count) of each step: K consecutive whole groups.
+
+    `group_sizes` are the sizes of consecutive groups in replay order; the last step takes
+    the groups left over (fewer than K).
+    """
+    if groups_per_step < 1:
+        raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}")
+    if any(size < 1 for size in group_sizes):
+        raise ValueError(f"every group needs at least one rollout, got sizes {list(group_sizes)}")
+    bounds = np.concatenate([[0], np.cumsum(group_sizes, dtype=np.int64)]).tolist()
+    return [
+        (
+            range(bounds[g], bounds[min(g + groups_per_step, len(group_sizes))]),
+            min(groups_per_step, len(group_sizes) - g),
+        )
+        for g in range(0, len(group_sizes), groups_per_step)
+    ]
+
+
+def pack_steps(
+    trajectories: Sequence[Trajectory],
+    advantages: Sequence[np.ndarray],
+    group_sizes: Sequence[int],
+    groups_per_step: int,
+    budget_tokens: int,
+) -> list[StepBatch]:
+    """The optimiser steps of an update: K whole groups each, in replay order, each step's
+    rollouts packed into rows of ≤ budget_tokens. `trajectories` are grouped consecutively
+    with `group_sizes`."""
+    _check_packable(trajectories, advantages)
+    if sum(group_sizes) != len(trajectories):
+        raise ValueError(
+            f"group sizes add up to {sum(group_sizes)} rollouts, but {len(trajectories)} were given"
+        )
+    return [
+        StepBatch(tuple(_pack(trajectories, advantages, rollouts, budget_tokens)), rollouts, groups)
+        for rollouts, groups in plan_steps(group_sizes, groups_per_step)
+    ]
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,9 @@
 
 Owns the knobs of the estimator, the decoupled-PPO loss, the optimiser, batching, LoRA
 and precision. It does not know where the rollouts come from or where versions are recorded.
+An optimiser step is defined by whole groups (`groups_per_step`), never by packed rows: the
+rows are only how a step's tokens are fed to the model, so the token budget changes memory
+and speed, not the update.
 """
 
 from __future__ import annotations
@@ -48,6 +51,18 @@ class Objective(StrEnum):
     """Negative log-likelihood of the generated tokens."""
 
 
+class LossAggregation(StrEnum):
+    """How an optimiser step's per-token losses become one scalar (see `losses.NORMALIZERS`)."""
+
+    TOKEN_MEAN = "token_mean"
+    """Σ ℓ_t over the step's loss-mask tokens / their number, counted before rejection and
+    M2PO, so a rejected token never rescales the others (ARCHITECTURE §6; DAPO's token-level
+    mean, Yu et al. 2025)."""
+    CONSTANT = "constant"
+    """Σ ℓ_t / (rollouts in the step × `normalizer_tokens_per_rollout`): a constant per
+    rollout, so no length bias (Dr. GRPO; Liu et al. 2025, arXiv:2503.20783)."""
+
+
 class Precision(StrEnum):
     AUTO = "auto"
     """bf16 autocast on CUDA, fp32 on CPU."""
@@ -71,10 +86,18 @@ class TrainConfig:
     """AdamW (β1, β2)."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip applied before each optimiser step."""
-    grad_accum_steps: int = 1
-    """Packed micro-batches whose gradients are summed into one optimiser step."""
+    groups_per_step: int = 8
+    """K: whole groups per optimiser step, in replay order. The step's rollouts are packed
+    into micro-batches whose gradients accumulate; a group is never split across steps.
+    SFT has no groups: each trajectory counts as one."""
     micro_batch_tokens: int = 4096
-    """Packing budget: tokens per packed row (a longer rollout gets a row of its own)."""
+    """Packing budget: tokens per packed row (a longer rollout gets a row of its own). It
+    bounds memory only: the rows of one step add up to the same gradient however packed."""
+    loss_aggregation: LossAggregation = LossAggregation.TOKEN_MEAN
+    """The step's normaliser: token mean over loss-mask tokens, or Dr. GRPO's constant."""
+    normalizer_tokens_per_rollout: int = 1024
+    """Dr. GRPO's constant L (used by `constant` aggregation only): set it to the generation
+    budget, the most completion tokens a rollout can have."""
     ppo_epochs: int = 1
     """Passes over the update's data; π_prox stays frozen across them."""
     clip_low: float = 0.2
@@ -91,8 +114,10 @@ class TrainConfig:
     """Weight of the k3 KL estimate to the reference policy (the un-updated base); 0 = off."""
     info_gain_lambda: float = 0.5
     """λ of `forecast_info_gain`: weight of the per-turn potential-based credit."""
-    temperature: float = 1.0
-    """Sampling temperature of the behaviour policy; log-probs use logits / temperature."""
+    temperature: float | None = None
+    """Temperature log-probs are recomputed at (logits / T). None: the one the rollouts were
+    sampled at, read from their stored sampling parameters (1.0 when none is stored); a
+    number must agree with every stored one (see `futureworld.rl.sampling`)."""
     lora: bool = False
     """Train a LoRA adapter (peft) instead of all weights."""
     lora_rank: int = 16
@@ -124,20 +149,28 @@ class TrainConfig:
         object.__setattr__(self, "estimator", Estimator(self.estimator))
         object.__setattr__(self, "reward_fn", RewardFn(self.reward_fn))
         object.__setattr__(self, "precision", Precision(self.precision))
+        object.__setattr__(self, "loss_aggregation", LossAggregation(self.loss_aggregation))
         object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))
         positive = {
             "learning_rate": self.learning_rate,
             "max_grad_norm": self.max_grad_norm,
             "is_cap": self.is_cap,
-            "temperature": self.temperature,
             "lora_alpha": self.lora_alpha,
         }
+        if self.temperature is not None:
+            positive["temperature"] = self.temperature
         for name, value in positive.items():
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(
                     f"TrainConfig.{name} must be a positive finite number, got {value}"
                 )
-        for name in ("grad_accum_steps", "micro_batch_tokens", "ppo_epochs", "lora_rank"):
+        for name in (
+            "groups_per_step",
+            "micro_batch_tokens",
+            "normalizer_tokens_per_rollout",
+            "ppo_epochs",
+            "lora_rank",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"TrainConfig.{name} must be an integer >= 1, got {value!r}")

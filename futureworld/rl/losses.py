@@ -1,7 +1,9 @@
 """Policy losses on per-token log-probs: decoupled PPO (the RL update) and SFT.
 
-Pure tensor functions, registered in `OBJECTIVES` by `Objective`. They know nothing of
-models or batching: `token_logprobs` (batch.py) produces their inputs.
+Pure tensor functions, registered in `OBJECTIVES` by `Objective`, and the step normalisers,
+registered in `NORMALIZERS` by `LossAggregation`. They know nothing of models or batching:
+`token_logprobs` (batch.py) produces their inputs. The normaliser is decided before any token
+is rejected, so dropping a token removes its term and leaves every other token's weight alone.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from futureworld.rl.config import Objective, TrainConfig
+from futureworld.rl.config import LossAggregation, Objective, TrainConfig
 
 _LOG_RATIO_METRIC_CAP = 30.0
 """Log-ratios are clamped here in metrics only, so χ² of a wildly stale batch stays finite."""
@@ -38,13 +40,14 @@ class LossInputs:
     entropy: Tensor | None = None
     """Per-token entropy of π_θ (detached), for the metrics."""
     normalizer: float | None = None
-    """Kept-token count of the whole optimiser-step batch; None → this micro-batch's count."""
+    """N of the whole optimiser step (`step_normalizer`); None → this micro-batch's
+    loss-mask token count."""
 
 
 @dataclass(frozen=True)
 class LossOutput:
     loss: Tensor
-    """Scalar; this micro-batch's share of Σ_kept ℓ_t / normalizer."""
+    """Scalar; this micro-batch's share of Σ_kept ℓ_t / N."""
     sums: dict[str, float]
     """Additive statistics; `summarize_metrics` turns summed dicts into means."""
 
@@ -77,6 +80,10 @@ def off_policy_mask(
     return out
 
 
+def _normalizer(inputs: LossInputs) -> float:
+    return inputs.normalizer if inputs.normalizer is not None else float(inputs.mask.sum())
+
+
 def _off_policy_sums(inputs: LossInputs, keep: Tensor) -> dict[str, float]:
     """KL(μ‖π_prox) by the k3 estimator and χ² = E_μ[(π_prox/μ)²] − 1, over generated tokens."""
     mask = inputs.mask.bool()
@@ -98,7 +105,8 @@ def decoupled_ppo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) ->
     Shapes: every tensor (B, T). With r_t = π_θ/π_prox and w_t = stopgrad(min(π_prox/μ, C)):
         ℓ_t = −w_t · min(r_t A_t, clip(r_t, 1 − clip_low, 1 + clip_high) A_t)
               [+ kl_coef · k3_t,  k3_t = e^{log π_ref − log π_θ} − (log π_ref − log π_θ) − 1]
-        loss = Σ_{t ∈ kept} ℓ_t / N,  N = kept-token count of the optimiser-step batch.
+        loss = Σ_{t ∈ kept} ℓ_t / N,  N from `step_normalizer` (by default the loss-mask
+        token count of the optimiser step, counted before rejection and M2PO).
     π_prox is the trust-region anchor, μ only enters through w_t, so data many versions
     old is corrected rather than dropped. Clip-higher from DAPO (Yu et al. 2025).
     """
@@ -121,7 +129,7 @@ def decoupled_ppo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) ->
         k3 = torch.exp(delta) - delta - 1
         per_token = per_token + config.kl_coef * k3
         kl_sum = float(k3.detach()[keep].sum())
-    normalizer = inputs.normalizer if inputs.normalizer is not None else float(keep.sum())
+    normalizer = _normalizer(inputs)
     # where(), not a multiply: an overflowing ratio on a dropped token must not become NaN
     loss = torch.where(keep, per_token, 0.0).sum() / max(normalizer, 1.0)
     with torch.no_grad():
@@ -139,7 +147,7 @@ def sft_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOutpu
     With the `sft` estimator A_t = 1 on generated tokens, so this is −mean log π over them.
     """
     keep = (inputs.keep if inputs.keep is not None else inputs.mask).bool()
-    normalizer = inputs.normalizer if inputs.normalizer is not None else float(keep.sum())
+    normalizer = _normalizer(inputs)
     loss = -torch.where(keep, logp * inputs.advantages, 0.0).sum() / max(normalizer, 1.0)
     with torch.no_grad():
         sums = _off_policy_sums(inputs, keep)
@@ -183,3 +191,28 @@ OBJECTIVES: dict[Objective, ObjectiveFns] = {
     Objective.DECOUPLED_PPO: ObjectiveFns(keep_mask=off_policy_mask, loss=decoupled_ppo_loss),
     Objective.SFT: ObjectiveFns(keep_mask=sft_keep_mask, loss=sft_loss),
 }
+
+
+def token_mean_normalizer(mask_tokens: int, rollouts: int, config: TrainConfig) -> float:
+    """N = number of loss-mask tokens of the step, before rejection and M2PO (ARCHITECTURE §6)."""
+    return float(mask_tokens)
+
+
+def constant_normalizer(mask_tokens: int, rollouts: int, config: TrainConfig) -> float:
+    """N = rollouts of the step × L, L = `normalizer_tokens_per_rollout` (Dr. GRPO's constant,
+    Liu et al. 2025): a long completion is not down-weighted per token."""
+    return float(rollouts * config.normalizer_tokens_per_rollout)
+
+
+StepNormalizer = Callable[[int, int, TrainConfig], float]
+"""(loss-mask tokens of the step, rollouts of the step, config) → N."""
+
+NORMALIZERS: dict[LossAggregation, StepNormalizer] = {
+    LossAggregation.TOKEN_MEAN: token_mean_normalizer,
+    LossAggregation.CONSTANT: constant_normalizer,
+}
+
+
+def step_normalizer(mask_tokens: int, rollouts: int, config: TrainConfig) -> float:
+    """N of an optimiser step under `config.loss_aggregation`."""
+    return NORMALIZERS[config.loss_aggregation](mask_tokens, rollouts, config)

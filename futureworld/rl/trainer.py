@@ -1,7 +1,8 @@
 """The update: replayed rollouts (or SFT trajectories) → a new checkpoint on disk.
 
-`train_policy` is the whole loop; π_prox is computed once, then AdamW steps over packed
-micro-batches. It never touches a database: the caller registers the returned checkpoint.
+`train_policy` is the whole loop; π_prox (and a KL reference) are computed once, then each
+AdamW step accumulates the gradients of the packed micro-batches of K whole groups. It never
+touches a database: the caller registers the returned checkpoint.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch import nn
 
 from futureworld.domain import ScoredRollout, Trajectory
 from futureworld.rl.advantages import compute_advantages
-from futureworld.rl.batch import PackedRow, pack_trajectories, token_logprobs
+from futureworld.rl.batch import PackedRow, pack_steps, token_logprobs
 from futureworld.rl.checkpoints import (
     load_optimizer_state,
     load_policy,
@@ -29,7 +30,8 @@ from futureworld.rl.checkpoints import (
     save_checkpoint,
 )
 from futureworld.rl.config import Estimator, Objective, TrainConfig
-from futureworld.rl.losses import OBJECTIVES, LossInputs, summarize_metrics
+from futureworld.rl.losses import OBJECTIVES, LossInputs, step_normalizer, summarize_metrics
+from futureworld.rl.sampling import check_sampling
 
 StepCallback = Callable[[int, dict[str, float]], None]
 """on_step(step, metrics): called after every optimiser step."""
@@ -69,9 +71,8 @@ def as_scored_rollouts(
     return out
 
 
-def check_rollouts(rollouts: Sequence[ScoredRollout], config: TrainConfig, vocab_size: int) -> None:
-    """Refuses token ids the model cannot embed and behaviour log-probs taken at another
-    temperature (μ must be the distribution π_prox is computed at: logits / T)."""
+def check_rollouts(rollouts: Sequence[ScoredRollout], vocab_size: int) -> None:
+    """Refuses token ids the model cannot embed, naming the rollout."""
     for rollout in rollouts:
         traj = rollout.trajectory
         ids = traj.prompt_token_ids + traj.completion_token_ids
@@ -80,16 +81,15 @@ def check_rollouts(rollouts: Sequence[ScoredRollout], config: TrainConfig, vocab
                 f"rollout {traj.idempotency_key} has token ids outside the model's "
                 f"vocabulary of {vocab_size} (min {min(ids)}, max {max(ids)})"
             )
-        sampled_at = (
-            traj.sampling.get("temperature")
-            if config.objective is Objective.DECOUPLED_PPO
-            else None
+
+
+def _temperature(config: TrainConfig) -> float:
+    if config.temperature is None:
+        raise ValueError(
+            "TrainConfig.temperature is unresolved: pass the config through "
+            "futureworld.rl.sampling.check_sampling with the rollouts first"
         )
-        if sampled_at is not None and abs(float(sampled_at) - config.temperature) > 1e-6:
-            raise ValueError(
-                f"rollout {traj.idempotency_key} was sampled at temperature {sampled_at} "
-                f"but the update recomputes log-probs at {config.temperature}"
-            )
+    return config.temperature
 
 
 def _autocast(config: TrainConfig, device: torch.device):
@@ -105,10 +105,10 @@ def frozen_logprobs(
     was_training = model.training
     model.eval()
     device = rows[0].input_ids.device if rows else torch.device("cpu")
+    temperature = _temperature(config)
     with _autocast(config, device):
         out = [
-            token_logprobs(model, row, config.temperature, config.logprob_chunk_tokens)[0]
-            for row in rows
+            token_logprobs(model, row, temperature, config.logprob_chunk_tokens)[0] for row in rows
         ]
     model.train(was_training)
     return out
@@ -120,27 +120,32 @@ def train_step(
     rows: Sequence[PackedRow],
     config: TrainConfig,
 ) -> dict[str, float]:
-    """One optimiser step over micro-batches `rows` (each with logp_prox set); returns metrics."""
+    """One optimiser step: the gradients of micro-batches `rows` (each with logp_prox set)
+    summed, then one clipped AdamW step; returns the step's metrics.
+
+    The keep mask (M2PO's "batch") and the normaliser N are decided over the whole step,
+    N from the loss-mask tokens before any is rejected, so the accumulated gradient equals
+    the gradient of the step computed as one batch.
+    """
     start = time.perf_counter()
     device = rows[0].input_ids.device
+    temperature = _temperature(config)
     objective = OBJECTIVES[config.objective]
-    # the keep mask is decided over the whole step batch (M2PO's "batch"), and so is N
+    mask = torch.cat([r.mask for r in rows], 1)
     keep = objective.keep_mask(
         torch.cat([r.logp_prox for r in rows], 1),
         torch.cat([r.logp_behaviour for r in rows], 1),
-        torch.cat([r.mask for r in rows], 1),
+        mask,
         config,
     ).split([r.num_tokens for r in rows], 1)
-    normalizer = float(sum(int(k.sum()) for k in keep))
+    normalizer = step_normalizer(int(mask.sum()), sum(len(r.rollout_indices) for r in rows), config)
     model.train()
     optimizer.zero_grad(set_to_none=True)
     sums: Counter[str] = Counter()
     loss_total = 0.0
     for row, row_keep in zip(rows, keep, strict=True):
         with _autocast(config, device):
-            logp, entropy = token_logprobs(
-                model, row, config.temperature, config.logprob_chunk_tokens
-            )
+            logp, entropy = token_logprobs(model, row, temperature, config.logprob_chunk_tokens)
         inputs = LossInputs(
             logp_prox=row.logp_prox,
             logp_behaviour=row.logp_behaviour,
@@ -173,9 +178,11 @@ def train_step(
 def _attach_reference(
     model: nn.Module, rows: list[PackedRow], config: TrainConfig, reference_dir: Path | None
 ) -> list[PackedRow]:
-    """log π_ref for the k3 penalty: the base without the adapter (LoRA), `reference_dir`,
-    or else π_prox itself (a trust region around the weights the update started from)."""
-    if config.kl_coef == 0:
+    """log π_ref for the k3 penalty, computed once per update: the base model under the
+    adapter (LoRA), or the model at `reference_dir` (full fine-tuning: the agent's base,
+    version 0), loaded for this and freed again. KL without a reference is refused rather
+    than anchored to π_prox, which would silently be a different regulariser."""
+    if config.kl_coef == 0 or config.objective is Objective.SFT:  # SFT has no KL term
         return rows
     if config.lora:
         with model.disable_adapter():
@@ -185,7 +192,10 @@ def _attach_reference(
         ref = frozen_logprobs(reference.to(rows[0].input_ids.device), rows, config)
         del reference
     else:
-        ref = [r.logp_prox for r in rows]
+        raise ValueError(
+            f"kl_coef={config.kl_coef} needs a reference policy: pass reference_dir "
+            "(the agent's base model) or train LoRA (the base under the adapter)"
+        )
     return [dataclasses.replace(r, logp_ref=lr) for r, lr in zip(rows, ref, strict=True)]
 
 
@@ -214,9 +224,12 @@ def train_policy(
 ) -> TrainResult:
     """Trains the policy at `model_dir` (+ `adapter_dir`) on `rollouts`; writes `output_dir`.
 
-    `rollouts` are in replay order (oldest first). `resume_from` is a checkpoint of an
+    `rollouts` are in replay order (oldest first); each optimiser step takes the next
+    `config.groups_per_step` whole groups. Log-probs are recomputed at the temperature the
+    rollouts were sampled at (`futureworld.rl.sampling`). `resume_from` is a checkpoint of an
     earlier call: its weights/adapter, AdamW moments and step counter are continued, under this
-    call's learning rate, betas and weight decay.
+    call's learning rate, betas and weight decay. `reference_dir` is the KL reference of full
+    fine-tuning (the agent's base model); LoRA's reference is the base under the adapter.
     """
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     require_free_target(output_dir)
@@ -228,6 +241,8 @@ def train_policy(
             f"no trainable rollouts: all {advantages.groups_skipped} groups were skipped by "
             f"{config.estimator} (fewer than 2 usable rollouts each)"
         )
+    trajectories = [r.trajectory for r in advantages.rollouts]
+    config = check_sampling(trajectories, config)
     resume = Path(resume_from) if resume_from is not None else None
     resumed = load_trainer_state(resume, lora=config.lora) if resume is not None else {}
     model = load_policy(
@@ -236,13 +251,23 @@ def train_policy(
         adapter_dir=Path(adapter_dir) if adapter_dir else None,
         resume_from=resume,
     ).to(device)
-    check_rollouts(advantages.rollouts, config, model.get_input_embeddings().num_embeddings)
-    trajectories = [r.trajectory for r in advantages.rollouts]
-    rows = pack_trajectories(trajectories, advantages.token_advantages, config.micro_batch_tokens)
-    rows = [r.to(device) for r in rows]
+    check_rollouts(advantages.rollouts, model.get_input_embeddings().num_embeddings)
+    steps = pack_steps(
+        trajectories,
+        advantages.token_advantages,
+        advantages.group_sizes,
+        config.groups_per_step,
+        config.micro_batch_tokens,
+    )
+    rows = [r.to(device) for step in steps for r in step.rows]
     prox = frozen_logprobs(model, rows, config)  # π_prox: frozen for the whole update
     rows = [dataclasses.replace(r, logp_prox=p) for r, p in zip(rows, prox, strict=True)]
     rows = _attach_reference(model, rows, config, Path(reference_dir) if reference_dir else None)
+    rows_of_steps = iter(rows)
+    steps = [
+        dataclasses.replace(step, rows=tuple(next(rows_of_steps) for _ in step.rows))
+        for step in steps
+    ]
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         params, lr=config.learning_rate, betas=config.adam_betas, weight_decay=config.weight_decay
@@ -261,14 +286,15 @@ def train_policy(
     staleness = [r.staleness for r in advantages.rollouts]
     history: list[dict[str, float]] = []
     for epoch in range(config.ppo_epochs):
-        for i in range(0, len(rows), config.grad_accum_steps):
-            step_rows = rows[i : i + config.grad_accum_steps]
-            metrics = train_step(model, optimizer, step_rows, config)
-            step_staleness = [staleness[j] for r in step_rows for j in r.rollout_indices]
+        for step in steps:
+            metrics = train_step(model, optimizer, step.rows, config)
+            step_staleness = [staleness[j] for j in step.rollouts]
             global_step += 1
             metrics.update(
                 step=float(global_step),
                 epoch=float(epoch),
+                groups=float(step.groups),
+                rollouts=float(len(step.rollouts)),
                 staleness_mean=sum(step_staleness) / len(step_staleness),
                 staleness_max=float(max(step_staleness)),
             )
@@ -281,6 +307,7 @@ def train_policy(
         global_step,
         rollouts_used=len(advantages.rollouts),
         groups_skipped=advantages.groups_skipped,
+        reference=None if reference_dir is None else str(reference_dir),
     )
     sha256 = save_checkpoint(
         model, optimizer, state, output_dir, tokenizer_dir=model_dir, on_save=on_save

@@ -113,13 +113,22 @@ def test_siop_uses_real_rewards_once_the_outcome_is_known():
     np.testing.assert_allclose([a[0] for a in real.token_advantages], [0.16, -0.16], atol=1e-6)
 
 
+def test_groups_come_out_whole_and_consecutive_in_first_appearance_order():
+    a1, a2 = _group([0.0, -1.0], question_id=1)
+    b1, b2, b3 = _group([-0.5, -0.2, -0.1], question_id=2)
+    out = _advantages([a1, b1, a2, b2, b3], Estimator.DR_GRPO)
+    assert out.rollouts == (a1, a2, b1, b2, b3) and out.group_sizes == (2, 3)
+
+
 def test_groups_with_fewer_than_two_rollouts_are_skipped_except_for_sft():
     rollouts = [*_group([0.0, -1.0], question_id=1), *_group([-0.5], question_id=2)]
     for estimator in (Estimator.DR_GRPO, Estimator.GRPO, Estimator.RLOO, Estimator.SIOP):
         out = _advantages(rollouts, estimator)
         assert (out.groups_used, out.groups_skipped, len(out.rollouts)) == (1, 1, 2)
     sft = _advantages(rollouts, Estimator.SFT)
-    assert (sft.groups_used, sft.groups_skipped, len(sft.rollouts)) == (2, 0, 3)
+    # SFT has no baseline: every trajectory is a group (a step unit) of its own
+    assert (sft.groups_used, sft.groups_skipped, len(sft.rollouts)) == (3, 0, 3)
+    assert sft.group_sizes == (1, 1, 1)
     assert all(np.array_equal(a, [1.0, 0.0, 1.0]) for a in sft.token_advantages)
 
 

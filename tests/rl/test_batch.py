@@ -9,8 +9,10 @@ from transformers import AutoModelForCausalLM
 
 from futureworld.rl.batch import (
     first_fit_decreasing,
+    pack_steps,
     pack_trajectories,
     packing_stats,
+    plan_steps,
     token_logprobs,
 )
 from tests.rl.rl_builders import make_rollout
@@ -51,6 +53,52 @@ def test_packed_rows_hold_no_padding_and_map_behaviour_logprobs_to_targets():
     for c, m in enumerate(first.loss_mask):
         assert bool(row.mask[0, n_prompt - 1 + c]) == bool(m)
         assert int(row.target_ids[0, n_prompt - 1 + c]) == first.completion_token_ids[c]
+
+
+def test_plan_steps_takes_k_whole_groups_in_replay_order():
+    # groups of 3, 1, 4, 2, 2 rollouts; K = 2 → groups (0, 1), (2, 3), (4)
+    assert plan_steps([3, 1, 4, 2, 2], 2) == [
+        (range(0, 4), 2),
+        (range(4, 10), 2),
+        (range(10, 12), 1),
+    ]
+    assert plan_steps([3, 1], 5) == [(range(0, 4), 2)]
+    with pytest.raises(ValueError, match="groups_per_step"):
+        plan_steps([3], 0)
+
+
+@pytest.mark.parametrize("budget", [1, 9, 23, 10_000])
+@pytest.mark.parametrize("groups_per_step", [1, 2, 3, 7])
+def test_pack_steps_never_splits_a_group_across_steps(budget, groups_per_step):
+    rng = np.random.default_rng(budget * 100 + groups_per_step)
+    sizes = [int(g) for g in rng.integers(2, 9, size=11)]
+    lengths = [(int(rng.integers(1, 6)), int(rng.integers(1, 12))) for _ in range(sum(sizes))]
+    trajs = _trajectories(lengths, seed=budget)
+    group_of = [g for g, size in enumerate(sizes) for _ in range(size)]
+    advantages = [np.full(len(t.completion_token_ids), i, np.float32) for i, t in enumerate(trajs)]
+    steps = pack_steps(trajs, advantages, sizes, groups_per_step, budget)
+    seen: list[int] = []
+    for n, step in enumerate(steps):
+        in_rows = sorted(i for row in step.rows for i in row.rollout_indices)
+        assert in_rows == list(step.rollouts)  # every rollout of the step once, no other
+        groups = {group_of[i] for i in step.rollouts}
+        # whole groups: every member of each group in this step is in this step
+        assert all(
+            group_of.count(g) == sum(group_of[i] == g for i in step.rollouts) for g in groups
+        )
+        assert sorted(groups) == list(range(n * groups_per_step, n * groups_per_step + step.groups))
+        assert step.groups == min(groups_per_step, len(sizes) - n * groups_per_step)
+        for row in step.rows:
+            assert row.num_tokens <= budget or len(row.rollout_indices) == 1
+        seen += step.rollouts
+    assert seen == list(range(len(trajs)))  # replay order, each rollout in exactly one step
+
+
+def test_pack_steps_refuses_group_sizes_that_do_not_cover_the_rollouts():
+    trajs = _trajectories([(2, 3), (2, 3), (2, 3)])
+    advantages = [np.zeros(3, np.float32)] * 3
+    with pytest.raises(ValueError, match="add up to 2 rollouts, but 3"):
+        pack_steps(trajs, advantages, [2], 1, 64)
 
 
 def test_packing_rejects_a_rollout_without_prompt():

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from futureworld.rl.config import Estimator, Objective, TrainConfig
+from futureworld.rl.config import Estimator, LossAggregation, Objective, TrainConfig
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
     [
         ("learning_rate", 0.0),
-        ("grad_accum_steps", 0),
+        ("groups_per_step", 0),
+        ("normalizer_tokens_per_rollout", 0),
         ("micro_batch_tokens", 0),
         ("ppo_epochs", 0),
         ("clip_low", 1.0),
@@ -44,3 +45,10 @@ def test_defaults_follow_the_architecture():
     assert config.estimator is Estimator.DR_GRPO and config.objective is Objective.DECOUPLED_PPO
     assert (config.clip_low, config.clip_high, config.is_cap, config.kl_coef) == (0.2, 0.28, 2.0, 0)
     assert TrainConfig(estimator="sft").objective is Objective.SFT
+    assert config.loss_aggregation is LossAggregation.TOKEN_MEAN
+    assert config.temperature is None  # read from the rollouts
+
+
+def test_unknown_loss_aggregation_is_refused():
+    with pytest.raises(ValueError, match="seq_mean"):
+        TrainConfig(loss_aggregation="seq_mean")

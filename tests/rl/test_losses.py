@@ -7,13 +7,15 @@ import math
 import pytest
 import torch
 
-from futureworld.rl.config import Objective, TrainConfig
+from futureworld.rl.config import LossAggregation, Objective, TrainConfig
 from futureworld.rl.losses import (
+    NORMALIZERS,
     OBJECTIVES,
     LossInputs,
     decoupled_ppo_loss,
     off_policy_mask,
     sft_loss,
+    step_normalizer,
     summarize_metrics,
 )
 
@@ -33,6 +35,16 @@ def _inputs(prox, mu, adv, mask, **kw):
 
 def test_registry_covers_every_objective():
     assert set(OBJECTIVES) == set(Objective)
+
+
+def test_registry_covers_every_loss_aggregation():
+    assert set(NORMALIZERS) == set(LossAggregation)
+
+
+def test_step_normalizers_count_mask_tokens_or_a_constant_per_rollout():
+    assert step_normalizer(37, 5, CONFIG) == 37
+    constant = TrainConfig(loss_aggregation="constant", normalizer_tokens_per_rollout=12)
+    assert step_normalizer(37, 5, constant) == 5 * 12
 
 
 def test_on_policy_loss_equals_minus_mean_advantage():
@@ -90,8 +102,34 @@ def test_tokens_beyond_the_rejection_bound_are_masked_and_counted():
     )
     logp = torch.tensor([[-1.0, -1.0]], dtype=torch.float64)
     out = decoupled_ppo_loss(logp, inputs, CONFIG)
-    assert float(out.loss) == pytest.approx(-1.0)
+    # the rejected token leaves the sum but still counts in N (ARCHITECTURE §6)
+    assert float(out.loss) == pytest.approx(-1.0 / 2)
     assert summarize_metrics(out.sums)["rejected_fraction"] == pytest.approx(0.5)
+
+
+def test_rejecting_a_token_does_not_rescale_the_others():
+    torch.manual_seed(4)
+    prox = -torch.rand(1, 7, dtype=torch.float64) - 0.5
+    adv = torch.randn(1, 7, dtype=torch.float64)
+    mask = torch.ones(1, 7, dtype=torch.bool)
+    on_policy = prox.clone()
+    one_rejected = prox.clone()
+    one_rejected[0, 3] -= math.log(50)  # π_prox/μ = 50 > reject_bound 10
+
+    def grad(mu: torch.Tensor) -> torch.Tensor:
+        logp = (prox + 0.01).requires_grad_()
+        out = decoupled_ppo_loss(logp, LossInputs(prox, mu, adv, mask), CONFIG)
+        out.loss.backward()
+        rejected_fraction = summarize_metrics(out.sums)["rejected_fraction"]
+        assert rejected_fraction == pytest.approx(1 / 7 if mu is one_rejected else 0)
+        return logp.grad
+
+    full, rejected = grad(on_policy), grad(one_rejected)
+    others = torch.arange(7) != 3
+    assert rejected[0, 3] == 0
+    torch.testing.assert_close(rejected[0, others], full[0, others], rtol=1e-12, atol=0)
+    # the old normaliser (kept tokens) would have scaled every other gradient by 7/6
+    assert not torch.allclose(rejected[0, others], full[0, others] * 7 / 6)
 
 
 def test_m2po_drops_the_largest_second_moments_until_the_mean_is_within_tau():
@@ -153,4 +191,4 @@ def test_decoupled_ppo_matches_a_python_loop_reference():
             total += -w * min(r * a, min(max(r, 0.8), 1.28) * a)
             count += 1
     assert 0 < count < int(mask.sum())
-    assert float(out.loss) == pytest.approx(total / count, rel=1e-9)
+    assert float(out.loss) == pytest.approx(total / int(mask.sum()), rel=1e-9)

@@ -1,5 +1,6 @@
 """train_policy on a real tiny Qwen2: parameters move, LoRA stays in the adapter, stale data is
-corrected, checkpoints are atomic and resumable."""
+corrected, steps hold whole groups and accumulate exactly, log-probs are recomputed at the
+rollouts' own temperature, KL anchors to the given base, checkpoints are atomic and resumable."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from futureworld.rl.config import Estimator, TrainConfig
 from futureworld.rl.trainer import train_policy, train_sft
 from tests.rl.rl_builders import make_rollout, sample_rollouts
 
-FAST = TrainConfig(learning_rate=1e-2, micro_batch_tokens=32, grad_accum_steps=1, precision="fp32")
+FAST = TrainConfig(learning_rate=1e-2, micro_batch_tokens=32, groups_per_step=1, precision="fp32")
 
 
 def _scored(model_dir: Path, *, groups: int = 2, group_size: int = 4, seed: int = 0, staleness=0):
@@ -161,7 +162,8 @@ def test_an_existing_target_is_refused_before_training(tiny_model_dir, tmp_path)
 
 def test_resume_continues_weights_and_optimizer_state(tiny_model_dir, tmp_path):
     data = _scored(tiny_model_dir)
-    config = dataclasses.replace(FAST, learning_rate=3e-3)
+    # SFT: each of the 8 trajectories is a group of its own, 4 to a step
+    config = dataclasses.replace(FAST, learning_rate=3e-3, groups_per_step=4)
     whole = train_sft(
         tiny_model_dir, data, dataclasses.replace(config, ppo_epochs=2), tmp_path / "a"
     )
@@ -194,8 +196,9 @@ def test_resume_keeps_the_moments_but_takes_the_new_learning_rate(tiny_model_dir
 
 def test_sft_accepts_bare_trajectories_and_lowers_their_loss(tiny_model_dir, tmp_path):
     trajectories = [r.trajectory for r in _scored(tiny_model_dir)]
-    config = dataclasses.replace(FAST, ppo_epochs=5)
+    config = dataclasses.replace(FAST, ppo_epochs=5, groups_per_step=len(trajectories))
     result = train_sft(tiny_model_dir, trajectories, config, tmp_path / "v1")
+    assert result.steps == 5
     assert result.groups_skipped == 0
     assert result.metrics[-1]["loss"] < result.metrics[0]["loss"]
 
@@ -232,8 +235,29 @@ def test_kl_penalty_to_a_separate_reference_model(tiny_model_dir, tmp_path):
         tiny_model_dir, _scored(tiny_model_dir), config, tmp_path / "v1", reference_dir=reference
     )
     assert result.metrics[0]["kl_ref"] > 1e-3
-    anchored = train_policy(tiny_model_dir, _scored(tiny_model_dir), config, tmp_path / "v1b")
-    assert anchored.metrics[0]["kl_ref"] == pytest.approx(0, abs=1e-7)  # reference = π_prox
+    state = json.loads((result.checkpoint_path / "trainer_state.json").read_text())
+    assert state["reference"] == str(reference)
+
+
+def test_kl_without_a_reference_is_refused_not_anchored_to_pi_prox(tiny_model_dir, tmp_path):
+    config = dataclasses.replace(FAST, kl_coef=0.1)
+    with pytest.raises(ValueError, match="needs a reference policy"):
+        train_policy(tiny_model_dir, _scored(tiny_model_dir), config, tmp_path / "v1")
+    assert not (tmp_path / "v1").exists()
+
+
+def test_kl_to_the_base_is_positive_once_the_weights_have_moved(tiny_model_dir, tmp_path):
+    v1 = train_policy(tiny_model_dir, _scored(tiny_model_dir), FAST, tmp_path / "v1")
+    config = dataclasses.replace(FAST, kl_coef=0.1)
+    data = _scored(tiny_model_dir, seed=1)
+    from_base = train_policy(
+        tiny_model_dir, data, config, tmp_path / "v2a", reference_dir=tiny_model_dir
+    )
+    assert from_base.metrics[0]["kl_ref"] == pytest.approx(0, abs=1e-7)  # π_θ = base at first
+    moved = train_policy(
+        v1.checkpoint_path, data, config, tmp_path / "v2b", reference_dir=tiny_model_dir
+    )
+    assert moved.metrics[0]["kl_ref"] > 1e-4
 
 
 def test_resuming_lora_training_from_a_full_checkpoint_is_refused(tiny_model_dir, tmp_path):
@@ -251,36 +275,148 @@ def test_token_ids_outside_the_vocabulary_are_refused(tiny_model_dir, tmp_path):
         train_policy(tiny_model_dir, data, FAST, tmp_path / "v1")
 
 
-def test_behaviour_logprobs_at_another_temperature_are_refused(tiny_model_dir, tmp_path):
-    data = _scored(tiny_model_dir)
-    data = [
-        dataclasses.replace(
-            r, trajectory=dataclasses.replace(r.trajectory, sampling={"temperature": 0.7})
-        )
-        for r in data
+def _with_sampling(rollouts, **sampling):
+    return [
+        dataclasses.replace(r, trajectory=dataclasses.replace(r.trajectory, sampling=sampling))
+        for r in rollouts
     ]
-    with pytest.raises(ValueError, match=r"temperature 0\.7"):
-        train_policy(tiny_model_dir, data, FAST, tmp_path / "v1")
-    assert (
-        train_policy(
-            tiny_model_dir, data, dataclasses.replace(FAST, temperature=0.7), tmp_path / "v1"
-        ).steps
-        == 2
+
+
+def test_log_probs_are_recomputed_at_the_rollouts_stored_temperature(tiny_model_dir, tmp_path):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    gen = torch.Generator().manual_seed(3)
+    data = []
+    for q in range(2):
+        samples = sample_rollouts(
+            model, [(1 + q, 2, 3)], samples=4, completion_tokens=4, generator=gen, temperature=0.7
+        )
+        for s, (prompt, completion, logp) in enumerate(samples):
+            rollout = make_rollout(
+                question_id=q,
+                sample_index=s,
+                prompt=prompt,
+                completion=completion,
+                logprobs=logp,
+                reward=-sum(completion) / 256,
+            )
+            data.append(rollout)
+    data = _with_sampling(data, temperature=0.7, top_p=1.0)
+    seen = []
+    result = train_policy(
+        tiny_model_dir, data, FAST, tmp_path / "v1", on_step=lambda s, m: seen.append(m)
     )
+    # μ and π_prox agree token for token only when π_prox is taken at T = 0.7
+    assert seen[0]["kl_behaviour"] == pytest.approx(0, abs=1e-6)
+    assert seen[0]["rejected_fraction"] == 0
+    state = json.loads((result.checkpoint_path / "trainer_state.json").read_text())
+    assert state["config"]["temperature"] == 0.7
+    with pytest.raises(
+        ValueError, match=r"sampled at temperature 0\.7 .* recompute log-probs at 1"
+    ):
+        train_policy(
+            tiny_model_dir, data, dataclasses.replace(FAST, temperature=1.0), tmp_path / "v1b"
+        )
+
+
+def test_a_batch_mixing_temperatures_is_refused_naming_the_rollouts(tiny_model_dir, tmp_path):
+    data = _scored(tiny_model_dir)
+    data = _with_sampling(data[:4], temperature=1.0) + _with_sampling(data[4:], temperature=0.7)
+    with pytest.raises(ValueError, match="mixes sampling temperatures") as error:
+        train_policy(tiny_model_dir, data, FAST, tmp_path / "v1")
+    assert data[0].trajectory.idempotency_key in str(error.value)
+    assert data[4].trajectory.idempotency_key in str(error.value)
+    assert not (tmp_path / "v1").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "shown"), [({"top_p": 0.9}, "top_p=0.9"), ({"top_k": 40}, "top_k=40")]
+)
+def test_truncated_sampling_is_refused_naming_the_rollouts(
+    tiny_model_dir, tmp_path, setting, shown
+):
+    data = _scored(tiny_model_dir)
+    data = _with_sampling(data[:2], temperature=1.0, **setting) + _with_sampling(
+        data[2:], temperature=1.0, top_p=1.0, top_k=-1
+    )
+    with pytest.raises(ValueError, match="cannot reproduce") as error:
+        train_policy(tiny_model_dir, data, FAST, tmp_path / "v1")
+    message = str(error.value)
+    assert message.startswith("2 rollouts") and shown in message
+    assert all(r.trajectory.idempotency_key in message for r in data[:2])
+    assert data[2].trajectory.idempotency_key not in message
+
+
+def test_sft_trains_at_the_configured_temperature_whatever_was_stored(tiny_model_dir, tmp_path):
+    data = [r.trajectory for r in _with_sampling(_scored(tiny_model_dir), top_p=0.5)]
+    result = train_sft(tiny_model_dir, data, FAST, tmp_path / "v1")
+    state = json.loads((result.checkpoint_path / "trainer_state.json").read_text())
+    assert state["config"]["temperature"] == 1.0
+
+
+def test_every_step_holds_whole_groups_in_replay_order(tiny_model_dir, tmp_path):
+    data = _scored(tiny_model_dir, groups=5, group_size=3)
+    seen = []
+    config = dataclasses.replace(FAST, groups_per_step=2, micro_batch_tokens=8)
+    result = train_policy(
+        tiny_model_dir, data, config, tmp_path / "v1", on_step=lambda s, m: seen.append(m)
+    )
+    assert result.steps == 3  # groups (0, 1), (2, 3), (4); one rollout a row
+    assert [(m["groups"], m["rollouts"]) for m in seen] == [(2, 6), (2, 6), (1, 3)]
+
+
+def _step_gradient(model_dir: Path, rollouts, config: TrainConfig):
+    """The gradient one train_step accumulates (nothing clipped, nothing stepped), and the
+    step's metrics."""
+    from futureworld.rl.advantages import compute_advantages
+    from futureworld.rl.batch import pack_steps
+    from futureworld.rl.sampling import check_sampling
+    from futureworld.rl.trainer import frozen_logprobs, train_step
+
+    config = check_sampling([r.trajectory for r in rollouts], config)
+    model = load_policy(model_dir, config)
+    adv = compute_advantages(rollouts, config)
+    [step] = pack_steps(
+        [r.trajectory for r in adv.rollouts],
+        adv.token_advantages,
+        adv.group_sizes,
+        config.groups_per_step,
+        config.micro_batch_tokens,
+    )
+    rows = list(step.rows)
+    prox = frozen_logprobs(model, rows, config)
+    rows = [dataclasses.replace(r, logp_prox=p) for r, p in zip(rows, prox, strict=True)]
+    metrics = train_step(model, torch.optim.SGD(model.parameters(), lr=0.0), rows, config)
+    return {n: p.grad.clone() for n, p in model.named_parameters()}, metrics
+
+
+def test_accumulated_step_gradient_equals_the_gradient_of_one_batch(tiny_model_dir, tmp_path):
+    # 8 stale rollouts of 7 tokens: rejection and M2PO must decide over the step, and the
+    # normaliser count the step's loss-mask tokens, for the micro-batches to add up
+    data = _scored(_drifted(tiny_model_dir, tmp_path), groups=2, group_size=4)
+    config = dataclasses.replace(
+        FAST, groups_per_step=2, m2po_tau=0.5, reject_bound=3.0, max_grad_norm=1e9
+    )
+    one_batch, metrics = _step_gradient(
+        tiny_model_dir, data, dataclasses.replace(config, micro_batch_tokens=64)
+    )
+    one_rollout_a_row, _ = _step_gradient(
+        tiny_model_dir, data, dataclasses.replace(config, micro_batch_tokens=1)
+    )
+    assert 0 < metrics["rejected_fraction"] < 1
+    assert any(float(g.abs().max()) > 1e-4 for g in one_batch.values())
+    for name, grad in one_batch.items():
+        torch.testing.assert_close(one_rollout_a_row[name], grad, rtol=1e-4, atol=1e-7)
 
 
 def test_grad_accumulation_over_micro_batches_equals_one_packed_batch(tiny_model_dir, tmp_path):
-    # 8 stale rollouts of 7 tokens: M2PO must decide over the step's batch, not per row
+    # the same through whole updates: metrics and the weights AdamW moves to
     data = _scored(_drifted(tiny_model_dir, tmp_path), groups=2, group_size=4)
-    config = dataclasses.replace(FAST, m2po_tau=0.5)
+    config = dataclasses.replace(FAST, m2po_tau=0.5, groups_per_step=2)
     one_row = train_policy(
         tiny_model_dir, data, dataclasses.replace(config, micro_batch_tokens=64), tmp_path / "a"
     )
     accumulated = train_policy(
-        tiny_model_dir,
-        data,
-        dataclasses.replace(config, micro_batch_tokens=14, grad_accum_steps=4),
-        tmp_path / "b",
+        tiny_model_dir, data, dataclasses.replace(config, micro_batch_tokens=14), tmp_path / "b"
     )
     assert one_row.steps == accumulated.steps == 1
     a = _tensors(one_row.checkpoint_path, "model.safetensors")
