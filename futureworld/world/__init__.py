@@ -1,11 +1,14 @@
 """The simulated world: a seeded generator of news, questions and outcomes, served over HTTP.
 
+Binary questions by default; multiple-choice and numeric ones too when WorldConfig asks.
+
 `World(WorldConfig(...))` generates; `SimClock` is the shared simulated now; `serve_world`
 serves RSS feeds and a Manifold-compatible API on loopback; `reference` writes warm-start data.
 """
 
 from futureworld.world.clock import SimClock
 from futureworld.world.config import WorldConfig
+from futureworld.world.kinds import KindResolution, SimChoiceQuestion, SimNumericQuestion
 from futureworld.world.model import (
     ArticleKind,
     MarketResolution,
@@ -25,11 +28,14 @@ from futureworld.world.vocabulary import Topic
 
 __all__ = [
     "ArticleKind",
+    "KindResolution",
     "MarketResolution",
     "Resolution",
     "SFTExample",
     "SimArticle",
+    "SimChoiceQuestion",
     "SimClock",
+    "SimNumericQuestion",
     "SimQuestion",
     "Topic",
     "World",

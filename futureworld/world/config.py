@@ -65,6 +65,17 @@ class WorldConfig:
     publish_resolution_reports: bool = True
     """Publish a news item stating each outcome at its resolution time (exercises the search
     cut-off: an agent that sees one has leaked the future)."""
+    choice_questions_per_day: int = 0
+    """Multiple-choice questions ("which of k entities", kinds.py) posed each day after the
+    binary ones; 0 keeps the world binary-only and byte-identical to earlier versions."""
+    choice_options: int = 4
+    """Options (entities of one topic) per choice question, 2 to 6."""
+    choice_favourite_p: tuple[float, ...] = (0.4, 0.55, 0.7, 0.85)
+    """True probability of the favourite at each stated strength (slight … overwhelming)."""
+    numeric_questions_per_day: int = 0
+    """Numeric questions (a latent quantity, kinds.py) posed each day after the choice ones."""
+    numeric_sigmas: tuple[float, ...] = (10.0, 20.0)
+    """The spreads σ a numeric question's stated "give or take" takes."""
 
     def __post_init__(self) -> None:
         if self.start_at.tzinfo is None or self.start_at.utcoffset() is None:
@@ -78,6 +89,19 @@ class WorldConfig:
             raise ValueError(f"questions_per_day must be >= 1, got {self.questions_per_day}")
         if self.questions_per_day > 24 * 60 - 60 * self.pose_hour:
             raise ValueError(f"questions_per_day {self.questions_per_day} does not fit in a day")
+        if self.choice_questions_per_day < 0 or self.numeric_questions_per_day < 0:
+            raise ValueError("choice_questions_per_day and numeric_questions_per_day must be >= 0")
+        if self.questions_per_day_all > 24 * 60 - 60 * self.pose_hour:
+            raise ValueError(f"{self.questions_per_day_all} questions a day do not fit in a day")
+        if not 2 <= self.choice_options <= 6:
+            raise ValueError(f"choice_options must be in [2, 6], got {self.choice_options}")
+        favourite = self.choice_favourite_p
+        if not favourite or any(not 1.0 / self.choice_options < p < 1.0 for p in favourite):
+            raise ValueError(
+                f"choice_favourite_p must lie in (1/choice_options, 1), got {favourite}"
+            )
+        if not self.numeric_sigmas or any(not 0.0 < s <= 40.0 for s in self.numeric_sigmas):
+            raise ValueError(f"numeric_sigmas must lie in (0, 40], got {self.numeric_sigmas}")
         if not 1 <= self.min_horizon_days <= self.max_horizon_days:
             raise ValueError(
                 f"need 1 <= min_horizon_days <= max_horizon_days, got "
@@ -107,6 +131,13 @@ class WorldConfig:
             raise ValueError(f"distractor_rate must be in [0, 1), got {self.distractor_rate}")
         if self.crowd_noise_logit < 0:
             raise ValueError(f"crowd_noise_logit must be >= 0, got {self.crowd_noise_logit}")
+
+    @property
+    def questions_per_day_all(self) -> int:
+        """Binary, choice and numeric questions posed each day, a minute apart."""
+        return (
+            self.questions_per_day + self.choice_questions_per_day + self.numeric_questions_per_day
+        )
 
     @property
     def n_levels(self) -> int:

@@ -21,6 +21,12 @@ article states the outcome (`publish_resolution_reports`) — only visible from 
 
 Determinism. Every draw comes from `random.Random(str)` streams keyed by (seed, day, index),
 so the same config gives byte-identical output in any process, in any order of access.
+
+Other kinds. With `choice_questions_per_day` or `numeric_questions_per_day` > 0 the world also
+poses multiple-choice and numeric questions (kinds.py; ids w<seed>d<day>c<i> and …n<i>),
+a minute apart after the day's binary questions, with their own streams, evidence and reports.
+`questions_posed_on`/`questions_posed_by` stay binary-only (the reference forecaster and the
+demo's panel are binary-only); `markets_posed_by` lists every kind, as the market API does.
 """
 
 from __future__ import annotations
@@ -35,6 +41,18 @@ from enum import StrEnum
 
 from futureworld.domain import Article, Question, QuestionKind, require_utc
 from futureworld.world.config import WorldConfig, cue_phrase, cue_sentence
+from futureworld.world.kinds import (
+    KindResolution,
+    KindTiming,
+    SimChoiceQuestion,
+    SimKindQuestion,
+    SimNumericQuestion,
+    draw_kind_resolution,
+    kind_evidence_texts,
+    kind_report_texts,
+    make_choice_question,
+    make_numeric_question,
+)
 from futureworld.world.vocabulary import (
     DISTRACTOR_EVENTS,
     EVENTS,
@@ -45,7 +63,7 @@ from futureworld.world.vocabulary import (
 )
 
 CREATOR_USERNAME = "simworld"
-_ID_PATTERN = re.compile(r"^w(\d+)d(\d+)q(\d+)$")
+_ID_PATTERN = re.compile(r"^w(\d+)d(\d+)([qcn])(\d+)$")
 
 
 class MarketResolution(StrEnum):
@@ -156,8 +174,10 @@ class Resolution:
 class _Day:
     questions: tuple[SimQuestion, ...]
     articles: tuple[SimArticle, ...]
-    resolutions: dict[str, Resolution] = field(repr=False)
+    resolutions: dict[str, Resolution | KindResolution] = field(repr=False)
     """Private: handed out only through World.resolution_as_of, after resolve_at."""
+    kind_questions: tuple[SimKindQuestion, ...] = ()
+    """Choice then numeric questions, when the config asks for them."""
 
 
 class World:
@@ -195,6 +215,21 @@ class World:
         ]
         return sorted(found, key=lambda q: (q.created_at, q.external_id))
 
+    def kind_questions_posed_on(self, day: int) -> tuple[SimKindQuestion, ...]:
+        """The day's choice and numeric questions (empty unless the config asks for them)."""
+        return self._day(day).kind_questions if day >= 0 else ()
+
+    def markets_posed_by(self, at: datetime) -> list[SimQuestion | SimKindQuestion]:
+        """Every question of every kind with created_at ≤ at, oldest first."""
+        at = require_utc(at, "at")
+        found: list[SimQuestion | SimKindQuestion] = [
+            q
+            for day in range(self.day_of(at) + 1)
+            for q in (*self.questions_posed_on(day), *self.kind_questions_posed_on(day))
+            if q.created_at <= at
+        ]
+        return sorted(found, key=lambda q: (q.created_at, q.external_id))
+
     def articles_published_by(self, at: datetime, topic: Topic | None = None) -> list[SimArticle]:
         """Every article with published_at ≤ at (optionally of one topic), oldest first."""
         at = require_utc(at, "at")
@@ -208,9 +243,20 @@ class World:
         return sorted(found, key=lambda a: (a.published_at, a.guid))
 
     def question(self, external_id: str) -> SimQuestion:
-        """The question with this id, posed or not; KeyError naming the id if there is none."""
-        day, index = self._parse_id(external_id)
-        questions = self.questions_posed_on(day)
+        """The binary question with this id, posed or not; KeyError naming the id if none."""
+        found = self.market(external_id)
+        if not isinstance(found, SimQuestion):
+            raise KeyError(f"world question {external_id!r} is not a binary question")
+        return found
+
+    def market(self, external_id: str) -> SimQuestion | SimKindQuestion:
+        """The question of any kind with this id, posed or not; KeyError naming the id."""
+        day, letter, index = self._parse_id(external_id)
+        if letter == "q":
+            questions: tuple[SimQuestion | SimKindQuestion, ...] = self.questions_posed_on(day)
+        else:
+            kind = SimChoiceQuestion if letter == "c" else SimNumericQuestion
+            questions = tuple(q for q in self.kind_questions_posed_on(day) if isinstance(q, kind))
         if index >= len(questions):
             raise KeyError(f"world seed {self.config.seed} has no question {external_id!r}")
         return questions[index]
@@ -227,21 +273,24 @@ class World:
     def true_probability(self, external_id: str) -> float:
         return self.question(external_id).p_yes
 
-    def resolution_as_of(self, external_id: str, at: datetime) -> Resolution | None:
-        """The question's resolution if it has happened by `at`, else None."""
+    def resolution_as_of(
+        self, external_id: str, at: datetime
+    ) -> Resolution | KindResolution | None:
+        """The question's resolution if it has happened by `at`, else None (any kind; a
+        binary question's is a Resolution)."""
         at = require_utc(at, "at")
-        question = self.question(external_id)
+        question = self.market(external_id)
         if at < question.resolve_at:
             return None
         return self._day(question.day).resolutions[external_id]
 
     # -- generation -----------------------------------------------------------------------------
 
-    def _parse_id(self, external_id: str) -> tuple[int, int]:
+    def _parse_id(self, external_id: str) -> tuple[int, str, int]:
         match = _ID_PATTERN.match(external_id)
         if match is None or int(match.group(1)) != self.config.seed:
             raise KeyError(f"world seed {self.config.seed} has no question {external_id!r}")
-        return int(match.group(2)), int(match.group(3))
+        return int(match.group(2)), match.group(3), int(match.group(4))
 
     def _day(self, day: int) -> _Day:
         with self._lock:
@@ -268,7 +317,92 @@ class World:
             if cfg.publish_resolution_reports:
                 articles.append(self._make_report(question, resolution))
         articles.extend(self._make_distractors(day))
-        return _Day(tuple(questions), tuple(articles), resolutions)
+        kind_questions = self._make_kind_questions(day)
+        for question in kind_questions:
+            resolution = draw_kind_resolution(
+                question, outcome_seed=cfg.effective_outcome_seed, cancel_rate=cfg.cancel_rate
+            )
+            resolutions[question.external_id] = resolution
+            articles.extend(self._make_kind_articles(question, resolution))
+        return _Day(tuple(questions), tuple(articles), resolutions, kind_questions)
+
+    def _make_kind_questions(self, day: int) -> tuple[SimKindQuestion, ...]:
+        cfg = self.config
+        made: list[SimKindQuestion] = []
+        for letter, count in (
+            ("c", cfg.choice_questions_per_day),
+            ("n", cfg.numeric_questions_per_day),
+        ):
+            for index in range(count):
+                rng = random.Random(f"{cfg.seed}:question-{letter}:{day}:{index}")
+                timing = KindTiming(
+                    seed=cfg.seed,
+                    day=day,
+                    index=index,
+                    created_at=self.day_start(day)
+                    + timedelta(hours=cfg.pose_hour, minutes=cfg.questions_per_day + len(made)),
+                    horizon_days=rng.randint(cfg.min_horizon_days, cfg.max_horizon_days),
+                    resolution_delay_hours=cfg.resolution_delay_hours,
+                )
+                if letter == "c":
+                    made.append(
+                        make_choice_question(
+                            rng,
+                            timing,
+                            self.entities,
+                            n_options=cfg.choice_options,
+                            favourite_p=cfg.choice_favourite_p,
+                            crowd_noise_logit=cfg.crowd_noise_logit,
+                        )
+                    )
+                else:
+                    made.append(
+                        make_numeric_question(rng, timing, self.entities, sigmas=cfg.numeric_sigmas)
+                    )
+        return tuple(made)
+
+    def _make_kind_articles(
+        self, question: SimKindQuestion, resolution: KindResolution
+    ) -> list[SimArticle]:
+        cfg = self.config
+        letter = "c" if isinstance(question, SimChoiceQuestion) else "n"
+        key = f"d{question.day}-{letter}{question.index}"
+        rng = random.Random(f"{cfg.seed}:evidence-{key}")
+        articles = []
+        for j in range(cfg.evidence_articles_per_question):
+            headline, summary = kind_evidence_texts(
+                rng, question, evidence_noise=cfg.evidence_noise
+            )
+            published_at = question.created_at - timedelta(
+                seconds=rng.randint(60, int(cfg.evidence_lead_hours * 3600))
+            )
+            articles.append(
+                SimArticle(
+                    guid=f"w{cfg.seed}-ev-{key}-{j}",
+                    kind=ArticleKind.EVIDENCE,
+                    topic=question.topic,
+                    title=headline,
+                    summary=summary,
+                    body=f"{summary} The assessment was shared on {published_at:%Y-%m-%d}.",
+                    published_at=published_at,
+                    question_id=question.external_id,
+                )
+            )
+        if cfg.publish_resolution_reports:
+            title, summary = kind_report_texts(question, resolution)
+            articles.append(
+                SimArticle(
+                    guid=f"w{cfg.seed}-rp-{key}",
+                    kind=ArticleKind.REPORT,
+                    topic=question.topic,
+                    title=title,
+                    summary=summary,
+                    body=summary,
+                    published_at=question.resolve_at,
+                    question_id=question.external_id,
+                )
+            )
+        return articles
 
     def _make_question(self, rng: random.Random, day: int, index: int, level: int) -> SimQuestion:
         cfg = self.config

@@ -8,6 +8,16 @@ market): times are epoch milliseconds, `probability` is the market's current P(y
 `resolution` is YES/NO/CANCEL/MKT and appears only once the market is resolved. As a
 documented superset the lite shape also carries `groupSlugs` and `textDescription`, so a
 harvest from the list alone knows the topic and the resolution criteria.
+
+Choice questions are MULTIPLE_CHOICE cpmm-multi-1 markets with shouldAnswersSumToOne and
+addAnswersMode DISABLED (common/src/api/market-types.ts): the lite shape has no probability,
+pool or answers, as on Manifold, so a harvest fetches the FullMarket for its `answers` (id,
+index, text, probability, pool …). A CHOOSE_ONE resolution sets the market's `resolution` to
+the winning answer's id and each answer's `resolution` to YES or NO; a cancel is CANCEL.
+Numeric questions are PSEUDO_NUMERIC cpmm-1 markets: min, max, isLogScale and `value` (the
+crowd's number), `probability` = (value − min)/(max − min); they resolve MKT with
+`resolutionProbability` on that scale and, as a documented field of Manifold's PseudoNumeric
+contract the API does not list, `resolutionValue` (the number itself).
 """
 
 from __future__ import annotations
@@ -17,6 +27,12 @@ from datetime import datetime
 from email.utils import format_datetime
 from typing import Any
 
+from futureworld.world.kinds import (
+    KindResolution,
+    SimChoiceQuestion,
+    SimKindQuestion,
+    SimNumericQuestion,
+)
 from futureworld.world.model import CREATOR_USERNAME, Resolution, SimArticle, SimQuestion
 
 CONTENT_NS = "http://purl.org/rss/1.0/modules/content/"
@@ -64,7 +80,7 @@ def article_html(article: SimArticle) -> bytes:
     return b"<!DOCTYPE html>\n" + ET.tostring(page, encoding="utf-8", method="html")
 
 
-def market_url(question: SimQuestion, base_url: str) -> str:
+def market_url(question: SimQuestion | SimKindQuestion, base_url: str) -> str:
     return f"{base_url}/{CREATOR_USERNAME}/{question.slug}"
 
 
@@ -126,4 +142,124 @@ def full_market(
             {"type": "paragraph", "content": [{"type": "text", "text": question.description}]}
         ],
     }
+    return market
+
+
+def _kind_base(
+    question: SimKindQuestion, resolution: KindResolution | None, *, now: datetime, base_url: str
+) -> dict[str, Any]:
+    last_updated = min(now, question.close_at)
+    market: dict[str, Any] = {
+        "id": question.external_id,
+        "creatorId": f"{CREATOR_USERNAME}-id",
+        "creatorUsername": CREATOR_USERNAME,
+        "creatorName": "Simulated World",
+        "createdTime": to_ms(question.created_at),
+        "closeTime": to_ms(question.close_at),
+        "question": question.title,
+        "slug": question.slug,
+        "url": market_url(question, base_url),
+        "volume": round(60.0 + 9.0 * question.index, 2),
+        "volume24Hours": round((60.0 + 9.0 * question.index) / question.horizon_days, 2),
+        "uniqueBettorCount": 4 + question.index % 9,
+        "isResolved": resolution is not None,
+        "lastUpdatedTime": to_ms(last_updated),
+        "lastBetTime": to_ms(last_updated),
+        "token": "MANA",
+        "groupSlugs": [question.topic.value],
+        "textDescription": question.description,
+    }
+    if resolution is not None:
+        market["resolutionTime"] = to_ms(resolution.resolved_at)
+        market["lastUpdatedTime"] = to_ms(resolution.resolved_at)
+    return market
+
+
+def _choice_answers(
+    question: SimChoiceQuestion, resolution: KindResolution | None
+) -> list[dict[str, Any]]:
+    answers = []
+    for index, (text, prob) in enumerate(
+        zip(question.options, question.crowd_probabilities, strict=True)
+    ):
+        answer: dict[str, Any] = {
+            "id": f"{question.external_id}a{index}",
+            "index": index,
+            "contractId": question.external_id,
+            "userId": f"{CREATOR_USERNAME}-id",
+            "text": text,
+            "createdTime": to_ms(question.created_at),
+            "probability": prob,
+            "pool": {
+                "YES": round(POOL_LIQUIDITY * (1.0 - prob), 4),
+                "NO": round(POOL_LIQUIDITY * prob, 4),
+            },
+            "totalLiquidity": POOL_LIQUIDITY,
+            "subsidyPool": 0,
+            "probChanges": {"day": 0, "week": 0, "month": 0},
+        }
+        if resolution is not None and resolution.value is not None:
+            answer["resolution"] = "YES" if index == int(resolution.value) else "NO"
+            answer["resolutionTime"] = to_ms(resolution.resolved_at)
+        answers.append(answer)
+    return answers
+
+
+def kind_market(
+    question: SimKindQuestion,
+    resolution: KindResolution | None,
+    *,
+    now: datetime,
+    base_url: str,
+    full: bool,
+) -> dict[str, Any]:
+    """The LiteMarket (full=False) or FullMarket of a choice or numeric market as of `now`;
+    `resolution` must be None until its resolution time (the server guarantees it)."""
+    market = _kind_base(question, resolution, now=now, base_url=base_url)
+    if isinstance(question, SimChoiceQuestion):
+        market.update(outcomeType="MULTIPLE_CHOICE", mechanism="cpmm-multi-1")
+        if resolution is not None:
+            winner = resolution.value
+            market["resolution"] = (
+                "CANCEL" if winner is None else f"{question.external_id}a{int(winner)}"
+            )
+        if full:
+            market.update(
+                shouldAnswersSumToOne=True,
+                addAnswersMode="DISABLED",
+                answers=_choice_answers(question, resolution),
+            )
+    else:
+        assert isinstance(question, SimNumericQuestion)
+        spec = question.spec
+        prob = round(spec.normalise(question.crowd_value), 4)
+        market.update(
+            outcomeType="PSEUDO_NUMERIC",
+            mechanism="cpmm-1",
+            probability=prob,
+            p=0.5,
+            pool={
+                "YES": round(POOL_LIQUIDITY * (1.0 - prob), 4),
+                "NO": round(POOL_LIQUIDITY * prob, 4),
+            },
+            totalLiquidity=POOL_LIQUIDITY,
+            value=question.crowd_value,
+            min=spec.lower,
+            max=spec.upper,
+            isLogScale=spec.log_scale,
+        )
+        if resolution is not None:
+            if resolution.value is None:
+                market["resolution"] = "CANCEL"
+            else:
+                market["resolution"] = "MKT"
+                market["resolutionProbability"] = round(spec.normalise(resolution.value), 4)
+                market["resolutionValue"] = resolution.value
+    if full:
+        market["description"] = {
+            "type": "doc",
+            "content": [
+                {"type": "paragraph", "content": [{"type": "text", "text": question.description}]}
+            ],
+        }
     return market

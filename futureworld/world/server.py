@@ -9,7 +9,9 @@ Routes:
                                            latest items, not its whole history)
   (every 200 carries an ETag; a matching If-None-Match gets 304 Not Modified)
   GET /articles/{guid}                     the article page (404 until published)
-  GET /v0/markets?limit=&before=           LiteMarkets created ≤ now, newest first; `before` is
+  GET /v0/markets?limit=&before=           LiteMarkets created ≤ now, newest first, of every
+                                           kind the world poses (BINARY, and MULTIPLE_CHOICE
+                                           and PSEUDO_NUMERIC when configured); `before` is
                                            the id of the last market of the previous page;
                                            limit defaults to 500, at most 1000
   GET /v0/market/{id}                      a FullMarket (404 until created); resolution fields
@@ -23,7 +25,7 @@ import json
 import re
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -31,8 +33,15 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from futureworld.world.clock import SimClock
-from futureworld.world.model import World
-from futureworld.world.payloads import article_html, full_market, lite_market, rss_document
+from futureworld.world.kinds import KindResolution, SimKindQuestion
+from futureworld.world.model import Resolution, SimQuestion, World
+from futureworld.world.payloads import (
+    article_html,
+    full_market,
+    kind_market,
+    lite_market,
+    rss_document,
+)
 from futureworld.world.vocabulary import Topic
 
 FEED_WINDOW = timedelta(days=7)
@@ -125,35 +134,36 @@ class _WorldRoutes:
                 f"limit must be an integer in [0, {MAX_MARKETS_LIMIT}], got {limit_text!r}",
             )
         now = self.clock.now()
-        newest_first = self.world.questions_posed_by(now)[::-1]
+        newest_first = self.world.markets_posed_by(now)[::-1]
         if "before" in query:
             before = query["before"][-1]
             ids = [q.external_id for q in newest_first]
             if before not in ids:
                 return _error(HTTPStatus.BAD_REQUEST, f"before: no market with id {before!r}")
             newest_first = newest_first[ids.index(before) + 1 :]
-        page = [
-            lite_market(
-                q,
-                self.world.resolution_as_of(q.external_id, now),
-                now=now,
-                base_url=self.base_url,
-            )
-            for q in newest_first[:limit]
-        ]
+        page = [self._payload(q, now, full=False) for q in newest_first[:limit]]
         return _json(HTTPStatus.OK, page)
+
+    def _payload(
+        self, question: SimQuestion | SimKindQuestion, now: datetime, *, full: bool
+    ) -> dict[str, Any]:
+        resolution = self.world.resolution_as_of(question.external_id, now)
+        if isinstance(question, SimQuestion):
+            assert resolution is None or isinstance(resolution, Resolution)
+            build = full_market if full else lite_market
+            return build(question, resolution, now=now, base_url=self.base_url)
+        assert resolution is None or isinstance(resolution, KindResolution)
+        return kind_market(question, resolution, now=now, base_url=self.base_url, full=full)
 
     def market(self, market_id: str) -> _Reply:
         now = self.clock.now()
         try:
-            question = self.world.question(market_id)
+            question = self.world.market(market_id)
         except KeyError:
             question = None
         if question is None or question.created_at > now:
             return _error(HTTPStatus.NOT_FOUND, f"Contract not found: {market_id!r}")
-        resolution = self.world.resolution_as_of(market_id, now)
-        payload = full_market(question, resolution, now=now, base_url=self.base_url)
-        return _json(HTTPStatus.OK, payload)
+        return _json(HTTPStatus.OK, self._payload(question, now, full=True))
 
 
 class _Handler(BaseHTTPRequestHandler):
