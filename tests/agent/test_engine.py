@@ -1,0 +1,302 @@
+"""The rollout engine against a slow reference: one rollout at a time, one turn per
+`generate` call of one prompt, seeded per (question, version, sample) like the engine. The
+engine batches every active rollout of every question into each decode step and refills as
+rollouts end; its rollouts must be the reference's, token for token."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+import torch
+
+from futureworld.agent.engine import FailureKind, GroupFailure, GroupJob, RolloutEngine
+from futureworld.agent.loop import (
+    PromptTooLong,
+    Rollout,
+    append_generation,
+    call_tool,
+    fit_prompt,
+    rollout_seed,
+    turn_seed,
+)
+from futureworld.agent.parsing import ACTION_STOP_STRINGS
+from futureworld.agent.prompts import encode_prompt, observation_frame
+from futureworld.agent.tools import Corpus
+from futureworld.domain import GenerationSettings, StopReason, Trajectory
+from futureworld.policy.base import FinishReason, Generation, SamplingParams
+from futureworld.policy.local import LocalBackend
+from futureworld.policy.streaming import SequentialStream
+from futureworld.policy.tiny import init_tiny_model
+from tests.agent.agent_doubles import (
+    CUTOFF,
+    RecordingCorpus,
+    make_articles,
+    make_question,
+    teach_actions,
+)
+
+SETTINGS = GenerationSettings(temperature=0.8, max_turns=3, max_new_tokens=24)
+VERSION = 5
+TITLES = (
+    "Will the central bank raise interest rates before April?",
+    "Will oil prices fall below 60 dollars in March?",
+    "Will the team win the final match of the season?",
+)
+
+
+@pytest.fixture(scope="module")
+def taught_model(tmp_path_factory: pytest.TempPathFactory):
+    backend = LocalBackend.from_pretrained(init_tiny_model(tmp_path_factory.mktemp("taught")))
+    teach_actions(backend, make_question())
+    return backend.model, backend.tokenizer
+
+
+def _jobs(samples: int = 4) -> list[GroupJob]:
+    return [
+        GroupJob(
+            question=make_question(id=10 + n, external_id=f"q{n}", title=title),
+            samples=tuple(range(samples)),
+            seeds=tuple(rollout_seed(0, 10 + n, VERSION, s) for s in range(samples)),
+            as_of=CUTOFF + timedelta(days=3),
+        )
+        for n, title in enumerate(TITLES)
+    ]
+
+
+def _reference_rollouts(
+    backend: LocalBackend, corpus: Corpus, job: GroupJob, settings: GenerationSettings
+) -> list[Rollout]:
+    """The slow loop: each rollout alone, each turn one `generate` call of one prompt."""
+    tokenizer = backend.tokenizer
+    as_of = min(job.as_of, job.question.info_cutoff_at)
+    prompt = encode_prompt(tokenizer, job.question, as_of=as_of)
+    frame = observation_frame(tokenizer)
+    out = []
+    for sample, seed in zip(job.samples, job.seeds, strict=True):
+        rollout = Rollout(index=sample, seed=seed)
+        for turn_no in range(settings.max_turns):
+            budget = settings.max_total_tokens - len(prompt) - len(rollout.completion)
+            params = SamplingParams(
+                temperature=settings.temperature,
+                max_new_tokens=min(settings.max_new_tokens, budget),
+                seed=turn_seed(seed, turn_no),
+                stop=ACTION_STOP_STRINGS,
+            )
+            [generation] = backend.generate([prompt + rollout.completion], params)
+            action = append_generation(rollout, generation, budget, tokenizer)
+            if rollout.stop is not None:
+                break
+            if turn_no + 1 == settings.max_turns:
+                rollout.stop = StopReason.MAX_TURNS
+                break
+            call_tool(rollout, action, corpus, as_of, prompt, frame, settings, tokenizer)
+            if rollout.stop is not None:
+                break
+        out.append(rollout)
+    return out
+
+
+def _run(engine: RolloutEngine, jobs: Sequence[GroupJob]):
+    groups: list[tuple[GroupJob, list[Trajectory]]] = []
+    failures: list[GroupFailure] = []
+    stats = engine.run(jobs, lambda job, group: groups.append((job, group)), failures.append)
+    return groups, failures, stats
+
+
+@pytest.mark.parametrize("max_batch_tokens", [65_536, 700])
+def test_engine_rollouts_equal_the_one_at_a_time_loop(taught_model, max_batch_tokens: int):
+    model, tokenizer = taught_model
+    # 700 tokens hold two rows: rollouts of all three questions join as others end.
+    backend = LocalBackend(model, tokenizer, max_batch_tokens=max_batch_tokens)
+    jobs = _jobs()
+    engine = RolloutEngine(
+        backend, RecordingCorpus(make_articles()), SETTINGS, agent_id=3, policy_version=VERSION
+    )
+    groups, failures, stats = _run(engine, jobs)
+    assert not failures and stats.groups == len(jobs)
+    assert sorted(job.question.id for job, _ in groups) == [10, 11, 12]
+    multi_turn = 0
+    for job, group in groups:
+        reference = _reference_rollouts(backend, RecordingCorpus(make_articles()), job, SETTINGS)
+        assert [t.sample_index for t in group] == list(job.samples)
+        for trajectory, expected in zip(group, reference, strict=True):
+            assert list(trajectory.completion_token_ids) == expected.completion
+            assert list(trajectory.loss_mask) == expected.mask
+            assert torch.allclose(
+                torch.tensor(trajectory.behaviour_logprobs),
+                torch.tensor(expected.logprobs),
+                atol=1e-5,
+            )
+            assert [t.role for t in trajectory.turns] == [t.role for t in expected.turns]
+            assert trajectory.stop_reason is expected.stop
+            assert trajectory.sampling["seed"] == expected.seed
+            multi_turn += any(t.role == "tool" for t in trajectory.turns)
+    assert multi_turn > 0  # the comparison covers tool turns, not only one-turn answers
+
+
+class StaggeredBackend:
+    """A stand-in model whose rollout with seed s searches s times, then answers: rollouts of
+    one group end many turns apart. Turn t of seed s arrives as seed s + t·1000003."""
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self.fail_seeds: set[int] = set()
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    def describe(self) -> str:
+        return "staggered"
+
+    def open_stream(self) -> SequentialStream:
+        return SequentialStream(self.generate)
+
+    def generate(self, prompts, params: SamplingParams) -> list[Generation]:
+        assert params.seed is not None
+        turn, rollout = divmod(params.seed, 1_000_003)
+        if rollout in self.fail_seeds:
+            raise ConnectionError(f"server lost rollout {rollout}")
+        reply = "<search>rates</search>" if turn < rollout else "<probability>0.3</probability>"
+        ids = tuple(self._tokenizer.encode(reply, add_special_tokens=False))
+        return [
+            Generation(token_ids=ids, logprobs=(-0.5,) * len(ids), finish_reason=FinishReason.STOP)
+            for _ in prompts
+        ]
+
+
+def test_a_group_ending_at_very_different_times_is_handed_over_once_complete(
+    tiny_backend: LocalBackend,
+):
+    backend = StaggeredBackend(tiny_backend.tokenizer)
+    settings = GenerationSettings(max_turns=8, max_new_tokens=16)
+    slow = GroupJob(
+        question=make_question(id=1), samples=(0, 1, 2, 3), seeds=(0, 2, 4, 6), as_of=CUTOFF
+    )
+    fast = GroupJob(
+        question=make_question(id=2), samples=(0, 1, 2, 3), seeds=(0, 0, 1, 0), as_of=CUTOFF
+    )
+    engine = RolloutEngine(
+        backend, RecordingCorpus(make_articles()), settings, agent_id=1, policy_version=0
+    )
+    groups, failures, _ = _run(engine, [slow, fast])
+    assert not failures
+    assert [job.question.id for job, _ in groups] == [2, 1]  # the fast group is out first
+    _, slow_group = groups[1]
+    assert [t.sample_index for t in slow_group] == [0, 1, 2, 3]
+    assert [sum(turn.role == "tool" for turn in t.turns) for t in slow_group] == [0, 2, 4, 6]
+    assert all(t.stop_reason is StopReason.ANSWERED and t.p_yes == 0.3 for t in slow_group)
+
+
+def test_a_failing_request_fails_its_group_only(tiny_backend: LocalBackend):
+    backend = StaggeredBackend(tiny_backend.tokenizer)
+    backend.fail_seeds = {5}
+    settings = GenerationSettings(max_turns=8, max_new_tokens=16)
+    jobs = [
+        GroupJob(question=make_question(id=1), samples=(0, 1), seeds=(0, 1), as_of=CUTOFF),
+        GroupJob(question=make_question(id=2), samples=(0, 1), seeds=(2, 5), as_of=CUTOFF),
+        GroupJob(question=make_question(id=3), samples=(0, 1), seeds=(3, 0), as_of=CUTOFF),
+    ]
+    engine = RolloutEngine(
+        backend, RecordingCorpus(make_articles()), settings, agent_id=1, policy_version=0
+    )
+    groups, failures, stats = _run(engine, jobs)
+    assert sorted(job.question.id for job, _ in groups) == [1, 3]
+    assert [(f.job.question.id, f.kind) for f in failures] == [(2, FailureKind.GENERATION_ERROR)]
+    assert "server lost rollout 5" in failures[0].detail
+    assert (stats.groups, stats.failed) == (2, 1)
+
+
+class BrokenStepBackend(StaggeredBackend):
+    """Its stream's whole step raises while a poisoned rollout is in the batch."""
+
+    def open_stream(self) -> SequentialStream:
+        backend = self
+
+        class Stream(SequentialStream):
+            def advance(self):
+                if any(r.params.seed % 1_000_003 in backend.fail_seeds for r in self._waiting):
+                    self._waiting = []
+                    raise RuntimeError("device error in a batched step")
+                return super().advance()
+
+        return Stream(self.generate)
+
+
+def test_a_failing_batched_step_is_isolated_to_the_group_that_fails_alone(
+    tiny_backend: LocalBackend,
+):
+    backend = BrokenStepBackend(tiny_backend.tokenizer)
+    backend.fail_seeds = {7}
+    jobs = [
+        GroupJob(question=make_question(id=1), samples=(0, 1), seeds=(1, 2), as_of=CUTOFF),
+        GroupJob(question=make_question(id=2), samples=(0, 1), seeds=(3, 7), as_of=CUTOFF),
+        GroupJob(question=make_question(id=3), samples=(0, 1), seeds=(2, 1), as_of=CUTOFF),
+    ]
+    engine = RolloutEngine(
+        backend,
+        RecordingCorpus(make_articles()),
+        GenerationSettings(max_turns=9, max_new_tokens=16),
+        agent_id=1,
+        policy_version=0,
+    )
+    groups, failures, _ = _run(engine, jobs)
+    assert sorted(job.question.id for job, _ in groups) == [1, 3]
+    assert [f.job.question.id for f in failures] == [2]
+    assert "device error" in failures[0].detail
+    for _, group in groups:  # re-run from scratch: complete, nothing doubled
+        assert [t.stop_reason for t in group] == [StopReason.ANSWERED] * 2
+
+
+def test_an_over_long_prompt_is_cut_background_first_then_criteria(tiny_backend: LocalBackend):
+    tokenizer = tiny_backend.tokenizer
+    question = make_question(
+        background="Inflation rose again. " * 200, resolution_criteria="YES if higher. " * 100
+    )
+    full = len(encode_prompt(tokenizer, question, as_of=CUTOFF))
+    short = replace(question, background="", resolution_criteria="")
+    bare = len(encode_prompt(tokenizer, short, as_of=CUTOFF))
+    criteria_only = len(encode_prompt(tokenizer, replace(question, background=""), as_of=CUTOFF))
+
+    def fitted(max_total: int):
+        settings = GenerationSettings(max_new_tokens=16, max_total_tokens=max_total)
+        return fit_prompt(tokenizer, question, as_of=CUTOFF, settings=settings)
+
+    roomy = fitted(full + 16)
+    assert roomy.cut is None and len(roomy.ids) == full
+    background_cut = fitted(criteria_only + 16 + 40)
+    text = tokenizer.decode(background_cut.ids)
+    assert "[…]" in text and "YES if higher. " * 100 in text
+    assert background_cut.cut.startswith("background") and len(background_cut.ids) <= (
+        criteria_only + 40
+    )
+    both_cut = fitted(bare + 16 + 20)
+    assert "resolution_criteria" in both_cut.cut and "Inflation" not in tokenizer.decode(
+        both_cut.ids
+    )
+    assert len(both_cut.ids) <= bare + 20
+    with pytest.raises(PromptTooLong, match="after cutting"):
+        fitted(bare + 16 - 1)
+
+
+def test_a_prompt_too_long_fails_its_group_and_the_rest_go_on(tiny_backend: LocalBackend):
+    backend = StaggeredBackend(tiny_backend.tokenizer)
+    settings = GenerationSettings(max_turns=2, max_new_tokens=16, max_total_tokens=600)
+    jobs = [
+        GroupJob(
+            question=make_question(id=1, title="Will it rain? " * 300),
+            samples=(0,),
+            seeds=(0,),
+            as_of=CUTOFF,
+        ),
+        GroupJob(question=make_question(id=2), samples=(0,), seeds=(0,), as_of=CUTOFF),
+    ]
+    engine = RolloutEngine(
+        backend, RecordingCorpus(make_articles()), settings, agent_id=1, policy_version=0
+    )
+    groups, failures, _ = _run(engine, jobs)
+    assert [job.question.id for job, _ in groups] == [2]
+    assert [(f.job.question.id, f.kind) for f in failures] == [(1, FailureKind.PROMPT_TOO_LONG)]
