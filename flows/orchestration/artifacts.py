@@ -1,9 +1,12 @@
 """Prefect artifacts of the flows: score tables, reliability and training plots, and the
 markdown summary of a daily cycle. Keys are stable (lowercase-dash) so the Prefect UI shows
-each artifact's history across runs; PNGs are written under `<data_dir>/reports`."""
+each artifact's history across runs; PNGs are written under `<data_dir>/reports` and embedded
+in their markdown artifacts as `data:image/png;base64,…` images, so the UI shows the plot
+itself rather than a path on the machine that ran the flow."""
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -184,7 +187,13 @@ def plot_training_curves(steps: Sequence[Mapping[str, Any]], path: Path) -> Path
 
 
 def _image_markdown(title: str, path: Path) -> str:
-    return f"![{title}]({path.resolve().as_uri()})\n\nPNG: `{path.resolve()}`\n"
+    """The PNG at `path` as a markdown image with its bytes inline (a data URI): both Prefect
+    UIs render `data:image/…` image sources (V1's markdown renderer emits `<img src>` as is;
+    V2 whitelists the `data:image/` scheme for images), while a `file://` link shows nothing
+    in a browser. The file's path follows as plain text, for whoever is on that machine."""
+    encoded = base64.b64encode(path.read_bytes()).decode("ascii")
+    alt = re.sub(r"[\[\]\\]", "", title)
+    return f"![{alt}](data:image/png;base64,{encoded})\n\nPNG file: `{path.resolve()}`\n"
 
 
 def _number(value: Any) -> str:
