@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 TORCH := torch==2.13.0
 TEST_ARGS ?=
 
-.PHONY: install test demo lint services clean bench
+.PHONY: install test demo lint services browser clean bench
 
 install: $(STAMP)
 
@@ -23,11 +23,16 @@ $(STAMP): pyproject.toml
 services:
 	bash infra/postgres/ensure.sh
 
+# Headless Chromium for the test that renders the Prefect UI's artifact pages (apt, as root
+# or through sudo); a no-op once `chromium` is on PATH.
+browser:
+	bash infra/browser/ensure_chromium.sh
+
 lint: install
 	$(VENV)/bin/ruff check futureworld storage flows tests benchmarks
 	$(VENV)/bin/lint-imports
 
-test: install services
+test: install services browser
 	$(VENV)/bin/ruff check futureworld storage flows tests benchmarks
 	$(PY) -m pytest $(TEST_ARGS)
 
