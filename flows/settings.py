@@ -1,11 +1,16 @@
 """Settings: the one place that reads the environment (prefix `FW_`). Built only in
-entrypoints (the CLI, flow entrypoints), never at import time."""
+entrypoints (the CLI, flow entrypoints), never at import time.
+
+Secrets (the database URL's password, FW_METACULUS_TOKEN) live only here, in the process's
+environment: never in a Prefect parameter, a timer job or a printed line. `redact` hides them
+in any text a command prints."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import quote, unquote
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -21,6 +26,9 @@ class Settings(BaseSettings):
     """Where the embedded database, checkpoints and reports live."""
     db_url: str | None = None
     """SQLAlchemy URL; default `<data_dir>/futureworld.db`; `postgresql://` uses psycopg 3."""
+    db_url_secret: str | None = None
+    """Name of a Prefect Secret block holding the database URL, read by the Prefect flows
+    when FW_DB_URL is unset (a worker that should not keep the password in its environment)."""
     feeds: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """RSS/Atom feed URLs, comma-separated in FW_FEEDS."""
     feeds_file: Path | None = None
@@ -59,6 +67,37 @@ class Settings(BaseSettings):
 
     def with_db(self, db_url: str | None) -> Settings:
         return self if db_url is None else self.model_copy(update={"db_url": db_url})
+
+    def secrets(self) -> list[str]:
+        """The secret values this configuration holds (the database password, tokens)."""
+        found = [] if self.metaculus_token is None else [self.metaculus_token.get_secret_value()]
+        password = url_password(self.database_url)
+        return [s for s in [*found, password] if s]
+
+    def redact(self, text: str) -> str:
+        """`text` with every secret of this configuration replaced by ***."""
+        for secret in self.secrets():
+            text = text.replace(secret, "***").replace(quote(secret, safe=""), "***")
+        return text
+
+
+def url_password(url: str) -> str | None:
+    """The password in a database URL (user:password@host), None when it has none."""
+    _, _, rest = url.partition("://")
+    credentials, at, _ = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return None
+    return unquote(credentials.split(":", 1)[1]) or None
+
+
+def without_password(url: str) -> str:
+    """A database URL safe to print: its password replaced by ***."""
+    password = url_password(url)
+    if password is None:
+        return url
+    scheme, _, rest = url.partition("://")
+    credentials, _, host = rest.rpartition("@")
+    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
 
 
 def parse_as_of(value: str | datetime | None) -> datetime:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli.common import DbOption, cli_context, console
+from flows.cli.common import DbOption, UserError, cli_context, console
 from futureworld.domain import Agent, BackendKind, GenerationSettings
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
@@ -29,9 +29,21 @@ def db_upgrade(db: DbOption = None) -> None:
 
 @import_app.command("forecastbench")
 def import_forecastbench(
-    question_set: Annotated[Path, typer.Argument(help="ForecastBench question set JSON.")],
+    question_set: Annotated[
+        Path,
+        typer.Argument(
+            help="ForecastBench question set JSON.", exists=True, dir_okay=False, readable=True
+        ),
+    ],
     resolutions: Annotated[
-        Path | None, typer.Option("--resolutions", help="Matching resolution set JSON.")
+        Path | None,
+        typer.Option(
+            "--resolutions",
+            help="Matching resolution set JSON.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
     ] = None,
     db: DbOption = None,
 ) -> None:
@@ -43,8 +55,7 @@ def import_forecastbench(
         try:
             report = run_import(ctx, question_set, resolutions)
         except ForecastBenchFormatError as error:
-            console.print(f"[red]import failed:[/red] {error}")
-            raise typer.Exit(2) from None
+            raise UserError(f"import failed: {error}") from None
     console.print(
         f"questions: {report.questions_inserted} new, {report.questions_existing} already stored; "
         f"outcomes recorded: {report.outcomes_recorded} (annulled {report.annulled}); "

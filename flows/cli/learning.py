@@ -10,7 +10,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli.common import DbOption, cli_context, console
+from flows.cli.common import (
+    DbOption,
+    cli_context,
+    console,
+    require_agent,
+    writable_file,
+    write_output,
+)
 from flows.stages.training import TrainOptions
 from futureworld.evaluation import ScoreRow
 from futureworld.rewards import DEFAULT_REWARD, RewardFn
@@ -48,10 +55,17 @@ def train_command(
     sft: Annotated[bool, typer.Option("--sft", help="Supervised fine-tuning.")] = False,
     from_jsonl: Annotated[
         Path | None,
-        typer.Option("--from-jsonl", help='SFT data: {"prompt": …, "completion": …} per line.'),
+        typer.Option(
+            "--from-jsonl",
+            help='SFT data: {"prompt": …, "completion": …} per line.',
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
     ] = None,
     resume: Annotated[
-        Path | None, typer.Option("--resume", help="Continue from this checkpoint's state.")
+        Path | None,
+        typer.Option("--resume", help="Continue from this checkpoint's state.", exists=True),
     ] = None,
     fresh_optimizer: Annotated[
         bool,
@@ -84,6 +98,7 @@ def train_command(
         fresh_optimizer=fresh_optimizer,
     )
     with cli_context(db) as ctx:
+        require_agent(ctx, agent)
         if sft:
             assert from_jsonl is not None
             trajectories = sft_trajectories_from_jsonl(ctx, agent, from_jsonl)
@@ -112,12 +127,16 @@ def evaluate_command(
     from flows.stages.evaluating import evaluate
     from futureworld.evaluation import plot_reliability, reliability_groups
 
+    writable_file(json_path, "--json")
+    writable_file(plot, "--plot")
     with cli_context(db) as ctx:
+        for name in agent or ():
+            require_agent(ctx, name)
         evaluation = evaluate(ctx, agent)
     console.print(score_table(evaluation.rows))
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({"rows": [r.as_dict() for r in evaluation.rows]}, indent=2))
+        rows = json.dumps({"rows": [r.as_dict() for r in evaluation.rows]}, indent=2)
+        write_output(json_path, "--json", rows)
         console.print(f"wrote {json_path}")
     if plot is not None:
         plot_reliability(reliability_groups(evaluation.records), plot)

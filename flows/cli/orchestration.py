@@ -1,16 +1,31 @@
 """Orchestration commands: `serve` (one machine: the Prefect deployments and the resolution
 timers in one process), `cycle` (one daily cycle, ephemeral Prefect when no server is
 configured) and `timers` (the resolution scheduler in the foreground). Mounted into the main
-CLI by flows.cli; the flows live in flows.orchestration, the timers in flows.timers."""
+CLI by flows.cli; the flows live in flows.orchestration, the timers in flows.timers.
+
+`--db` reaches the flows and timers through this process's environment (FW_DB_URL), never as
+a Prefect parameter. `cycle` prints one line per stage and fails (exit 1, one line) when a
+stage failed, a requested source that gave nothing included. Prefect's own console records
+lose their tracebacks unless `--debug` is given (they stay complete in the Prefect API)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
-from flows.cli.common import AsOfOption, DbOption, console
-from flows.context import open_engine
+from flows.cli.common import (
+    AsOfOption,
+    DbOption,
+    RunFailure,
+    console,
+    debugging,
+    open_database,
+    quiet_prefect_tracebacks,
+    use_database,
+)
+from flows.cli.pipeline import check_sources
 from flows.settings import DAILY_CRON, Settings
 
 orchestration_app = typer.Typer(
@@ -24,7 +39,7 @@ def serve_command(
     timers: Annotated[
         bool, typer.Option("--timers/--no-timers", help="Run the resolution timers too.")
     ] = True,
-    limit: Annotated[int, typer.Option(help="At most this many flow runs at once.")] = 2,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many flow runs at once.")] = 2,
     db: DbOption = None,
 ) -> None:
     """Serve every flow as a deployment from this process (needs PREFECT_API_URL for the UI;
@@ -33,9 +48,11 @@ def serve_command(
 
     from flows.orchestration.deployments import build_deployments
 
-    scheduler = _start_timers(db) if timers else None
+    settings = use_database(db)
+    deployments = build_deployments(cron)
+    scheduler = _start_timers(settings) if timers else None
     try:
-        serve(*build_deployments(db, cron), limit=limit)
+        serve(*deployments, limit=limit)
     finally:
         if scheduler is not None:
             scheduler.shutdown(wait=False)
@@ -45,22 +62,29 @@ def serve_command(
 def cycle_command(
     as_of: AsOfOption = None,
     source: Annotated[
-        list[str] | None, typer.Option("--source", help="Question source (repeatable).")
+        list[str] | None,
+        typer.Option("--source", help="Question source (repeatable).", callback=check_sources),
     ] = None,
     feed: Annotated[list[str] | None, typer.Option("--feed", help="Feed URL (repeatable).")] = None,
-    samples: Annotated[int, typer.Option("--samples", "-G", help="Rollouts per question.")] = 4,
-    limit: Annotated[int | None, typer.Option(help="At most this many questions per agent.")] = (
-        None
-    ),
-    min_groups: Annotated[int, typer.Option(help="Train once this many groups complete.")] = 8,
+    samples: Annotated[
+        int, typer.Option("--samples", "-G", min=1, help="Rollouts per question.")
+    ] = 4,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="At most this many questions per agent.")
+    ] = None,
+    min_groups: Annotated[
+        int, typer.Option(min=1, help="Train once this many groups complete.")
+    ] = 8,
     db: DbOption = None,
 ) -> None:
     """Run the daily cycle once (harvest → resolve → backfill → train → predict → evaluate)."""
-    from flows.orchestration.pipeline import DAILY_TRAIN, daily_cycle_flow
+    use_database(db)
+    from flows.orchestration.pipeline import DAILY_TRAIN, CycleFailed, daily_cycle_flow
 
+    if not debugging():
+        quiet_prefect_tracebacks()
     state = daily_cycle_flow(
         as_of=as_of,
-        db_url=db,
         sources=source,
         feeds=feed,
         samples=samples,
@@ -69,14 +93,18 @@ def cycle_command(
         return_state=True,
     )
     stages = state.result(raise_on_failure=False)
+    if isinstance(stages, CycleFailed):
+        stages = stages.stages
+    failed: list[str] = []
     if isinstance(stages, list):
         for stage in stages:
-            result = "failed: " + stage.failed if stage.failed else (stage.note or "ok")
+            result = stage.failed if stage.failed else (stage.note or "ok")
             counts = ", ".join(f"{k} {v}" for k, v in stage.counts.items())
-            console.print(f"[bold]{stage.stage}[/bold]: {result} {counts}")
+            console.print(f"[bold]{escape(stage.stage)}[/bold]: {escape(result)} {counts}")
+            if stage.failed:
+                failed.append(f"{stage.stage}: {stage.failed}")
     if not state.is_completed():
-        console.print(f"[red]daily cycle failed:[/red] {state.message}")
-        raise typer.Exit(1)
+        raise RunFailure(f"daily cycle failed: {'; '.join(failed) or state.message}")
 
 
 @orchestration_app.command("timers")
@@ -85,23 +113,22 @@ def timers_command(db: DbOption = None) -> None:
     stay in the database and missed ones run at the next start)."""
     from flows.timers import make_scheduler, start_timers
 
-    settings = Settings().with_db(db)
-    engine = open_engine(settings)
+    settings = use_database(db)
+    engine = open_database(settings)
     scheduler = make_scheduler(settings.database_url, blocking=True)
     console.print("resolution timers running (Ctrl-C to stop)")
     try:
-        start_timers(scheduler, engine, settings.database_url)
+        start_timers(scheduler, engine)
     except (KeyboardInterrupt, SystemExit):
         pass
     finally:
         engine.dispose()
 
 
-def _start_timers(db: str | None) -> Any:
+def _start_timers(settings: Settings) -> Any:
     from flows.timers import make_scheduler, start_timers
 
-    settings = Settings().with_db(db)
-    engine = open_engine(settings)
+    engine = open_database(settings)
     scheduler = make_scheduler(settings.database_url)
-    start_timers(scheduler, engine, settings.database_url)
+    start_timers(scheduler, engine)
     return scheduler

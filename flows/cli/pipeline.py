@@ -1,16 +1,56 @@
 """`futureworld predict`, `harvest`, `resolve` and `backfill`: one stage each, run now (or
-as of `--as-of`) on the configured database, with a progress bar where work is long."""
+as of `--as-of`) on the configured database, with a progress bar where work is long.
+
+`harvest` and `resolve` end with the stage's verdict on the sources asked: a source that gave
+nothing fails the command (exit 1, one line); some failed items print "partial" and exit 0."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from flows.cli.common import AsOfOption, DbOption, cli_context, console
-from flows.stages.resolving import ManualVerdict
+from flows.cli.common import (
+    AsOfOption,
+    DbOption,
+    RunFailure,
+    UserError,
+    cli_context,
+    console,
+    require_agent,
+)
+from flows.stages.problems import SourceStatus, any_failed
+from flows.stages.resolving import ManualVerdict, UnknownQuestion
+from futureworld.sources.platforms import SourceName
 from futureworld.sources.question_gen import GENERATED_SOURCE
+
+SOURCE_NAMES = (*(s.value for s in SourceName), GENERATED_SOURCE)
+"""What `--source` accepts: the platforms and the news feeds (`rss`)."""
+
+
+def check_sources(values: list[str] | None) -> list[str] | None:
+    """The `--source` callback: every name must be a known source."""
+    for value in values or ():
+        if value not in SOURCE_NAMES:
+            raise typer.BadParameter(
+                f"unknown source {value!r}; choose from {', '.join(SOURCE_NAMES)}"
+            )
+    return values
+
+
+def end_with_verdict(
+    stage: str, sources: dict[str, SourceStatus], verdict: str | None, errors: list[str]
+) -> None:
+    """Fail the command when a requested source gave nothing (the line quotes its first
+    problem); say "partial" otherwise."""
+    if any_failed(sources):
+        failed = [name for name, status in sources.items() if status is SourceStatus.FAILED]
+        first = next((e for e in errors if e.split(":", 1)[0] in failed), "")
+        raise RunFailure(f"{stage} {verdict}" + (f" (first problem: {first})" if first else ""))
+    if verdict:
+        console.print(f"{stage} {verdict}", soft_wrap=True)
 
 
 def register_pipeline_commands(app: typer.Typer) -> None:
@@ -22,9 +62,11 @@ def register_pipeline_commands(app: typer.Typer) -> None:
 
 def predict_command(
     agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
-    samples: Annotated[int, typer.Option("--samples", "-G", help="Rollouts per question.")] = 1,
+    samples: Annotated[
+        int, typer.Option("--samples", "-G", min=1, help="Rollouts per question.")
+    ] = 1,
     as_of: AsOfOption = None,
-    limit: Annotated[int | None, typer.Option(help="At most this many questions.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many questions.")] = None,
     db: DbOption = None,
 ) -> None:
     """Forecast every open question this agent's current policy has not forecast yet."""
@@ -37,23 +79,25 @@ def predict_command(
         TextColumn("{task.fields[rollouts]} rollouts · {task.fields[rate]}"),
         TimeElapsedColumn(),
     )
-    with cli_context(db, as_of) as ctx, Progress(*columns, console=console) as progress:
-        task = progress.add_task(f"predict {agent}", total=limit, rollouts=0, rate="")
-        rollouts = 0
+    with cli_context(db, as_of) as ctx:
+        require_agent(ctx, agent)
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task(f"predict {agent}", total=limit, rollouts=0, rate="")
+            rollouts = 0
 
-        def on_group(n: int) -> None:
-            nonlocal rollouts
-            rollouts += n
-            progress.advance(task)
-            elapsed = progress.tasks[task].elapsed or 1e-9
-            done = progress.tasks[task].completed
-            progress.update(
-                task,
-                rollouts=rollouts,
-                rate=f"{done / elapsed:.1f} q/s, {rollouts / elapsed:.1f} r/s",
-            )
+            def on_group(n: int) -> None:
+                nonlocal rollouts
+                rollouts += n
+                progress.advance(task)
+                elapsed = progress.tasks[task].elapsed or 1e-9
+                done = progress.tasks[task].completed
+                progress.update(
+                    task,
+                    rollouts=rollouts,
+                    rate=f"{done / elapsed:.1f} q/s, {rollouts / elapsed:.1f} r/s",
+                )
 
-        report = predict(ctx, agent, samples=samples, limit=limit, on_group=on_group)
+            report = predict(ctx, agent, samples=samples, limit=limit, on_group=on_group)
     console.print(
         f"{report.agent} v{report.policy_version}: {report.questions} questions, "
         f"{report.rollouts} rollouts persisted"
@@ -63,9 +107,7 @@ def predict_command(
 def harvest_command(
     source: Annotated[
         list[str] | None,
-        typer.Option(
-            "--source", help=f"manifold | polymarket | metaculus | kalshi | {GENERATED_SOURCE}"
-        ),
+        typer.Option("--source", help=" | ".join(SOURCE_NAMES), callback=check_sources),
     ] = None,
     feed: Annotated[list[str] | None, typer.Option("--feed", help="Feed URL (repeatable).")] = None,
     generate: Annotated[
@@ -88,7 +130,8 @@ def harvest_command(
     for name, counts in sorted(report.per_source.items()):
         console.print(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
     for error in report.errors:
-        console.print(f"[yellow]problem:[/yellow] {error}")
+        console.print(f"[yellow]problem:[/yellow] {escape(error)}", soft_wrap=True)
+    end_with_verdict("harvest", report.sources, report.verdict, report.errors)
 
 
 def resolve_command(
@@ -105,9 +148,16 @@ def resolve_command(
 
     if manual is not None and verdict is None:
         raise typer.BadParameter("--manual needs --verdict yes|no|annul")
+    if verdict is not None and manual is None:
+        raise typer.BadParameter("--verdict needs --manual QUESTION_ID")
     with cli_context(db) as ctx:
         if manual is not None and verdict is not None:
-            outcome = resolve_manually(ctx, manual, verdict)
+            try:
+                outcome = resolve_manually(ctx, manual, verdict)
+            except UnknownQuestion as error:
+                raise UserError(
+                    f"--manual {manual}: {error}; give the id of a stored question"
+                ) from None
             console.print(
                 "unchanged" if outcome is None else f"revision {outcome.revision} recorded"
             )
@@ -118,7 +168,8 @@ def resolve_command(
         f"({report.annulled} annulled); {report.needs_manual} need manual resolution"
     )
     for error in report.errors:
-        console.print(f"[yellow]problem:[/yellow] {error}")
+        console.print(f"[yellow]problem:[/yellow] {escape(error)}", soft_wrap=True)
+    end_with_verdict("resolve", report.sources, report.verdict, report.errors)
 
 
 def backfill_command(db: DbOption = None) -> None:

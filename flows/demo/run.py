@@ -227,7 +227,6 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             report(f"round {r}: daily cycle on {clock.now().date()}", 1 + r, total)
             daily_cycle_flow(
                 as_of=clock.now().isoformat(),
-                db_url=settings.database_url,
                 sources=["manifold"],
                 feeds=[server.feed_urls["all"]],
                 samples=config.samples,
@@ -237,7 +236,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             clock.advance(days=1)
         report("final resolution and the report", 1 + config.rounds, total)
         clock.advance(days=config.max_horizon_days + 1)
-        resolve_and_backfill_flow(as_of=clock.now().isoformat(), db_url=settings.database_url)
+        resolve_and_backfill_flow(as_of=clock.now().isoformat())
 
     start_day = world.day_start(0).date()
 

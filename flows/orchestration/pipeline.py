@@ -3,11 +3,21 @@ evaluate and the daily cycle chaining them. Only @flow/@task wrappers live here:
 calls one stage (flows.stages) with the run's context (flows.context), each flow keys its run
 by the as-of date (re-running a day is safe: the stages are idempotent) and publishes
 artifacts (flows.orchestration.artifacts). Parameters are typed: strings, numbers, lists and
-the pydantic `TrainOptions`."""
+the pydantic `TrainOptions`.
+
+No flow takes the database URL as a parameter: Prefect stores parameters in its database and
+shows them in the UI, and the URL carries the password. Every flow reads it from the
+environment of the process that runs it (FW_DB_URL), or from the Prefect Secret block that
+FW_DB_URL_SECRET names (`pipeline_settings`).
+
+The harvest and resolve stages judge each source they asked; in the daily cycle a stage whose
+source failed completely is a failed stage (the cycle goes on, then fails at the end), and one
+whose sources were partial notes it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -17,11 +27,12 @@ from sqlalchemy.exc import OperationalError
 
 from flows.context import PipelineContext, open_context, run_key_for
 from flows.orchestration import artifacts
-from flows.settings import parse_as_of
+from flows.settings import Settings, parse_as_of
 from flows.stages.backfilling import BackfillReport, backfill_rewards
 from flows.stages.evaluating import Evaluation, evaluate
 from flows.stages.harvesting import HarvestReport, harvest
 from flows.stages.predicting import PredictReport, predict
+from flows.stages.problems import any_failed
 from flows.stages.resolving import ResolveReport, resolve
 from flows.stages.training import TrainOptions, TrainReport, replay_and_train
 from storage.engine import session_scope
@@ -43,6 +54,31 @@ def _run_name(prefix: str) -> Callable[[], str]:
         return f"{prefix}{suffix}-{run_key_for(parse_as_of(params.get('as_of')))}"
 
     return name
+
+
+class CycleFailed(RuntimeError):
+    """A daily cycle in which some stage failed; it carries every stage's summary."""
+
+    def __init__(self, message: str, stages: Sequence[artifacts.StageSummary]) -> None:
+        super().__init__(message)
+        self.stages = list(stages)
+
+
+def pipeline_settings() -> Settings:
+    """The flows' settings: this process's environment (FW_*); when FW_DB_URL is unset and
+    FW_DB_URL_SECRET names a Prefect Secret block, the database URL is that secret's value."""
+    settings = Settings()
+    if settings.db_url is None and settings.db_url_secret:
+        from prefect.blocks.system import Secret
+
+        secret = Secret.load(settings.db_url_secret)
+        settings = settings.with_db(str(secret.get()))
+    return settings
+
+
+def _open(as_of: str | None) -> Any:
+    """The run's context on the configured database (see `pipeline_settings`)."""
+    return open_context(pipeline_settings(), as_of=as_of)
 
 
 def _transient(_task: Any, _task_run: Any, state: Any) -> bool:
@@ -129,12 +165,11 @@ def _publish_training(ctx: PipelineContext, agent: str, report: TrainReport | No
 @flow(name="harvest", flow_run_name=_run_name("harvest"))
 def harvest_flow(
     as_of: str | None = None,
-    db_url: str | None = None,
     sources: list[str] | None = None,
     feeds: list[str] | None = None,
 ) -> HarvestReport:
     """Harvest open questions from `sources` and articles from `feeds` (default: settings)."""
-    with open_context(db_url=db_url, as_of=as_of) as ctx:
+    with _open(as_of) as ctx:
         report = harvest_task(ctx, sources, feeds)
         artifacts.publish_cycle_summary(
             ctx.run_key,
@@ -148,21 +183,18 @@ def harvest_flow(
 def predict_flow(
     agent: str,
     as_of: str | None = None,
-    db_url: str | None = None,
     samples: int = 1,
     limit: int | None = None,
 ) -> PredictReport:
     """Forecast every question open at `as_of` that the agent's current policy has not."""
-    with open_context(db_url=db_url, as_of=as_of) as ctx:
+    with _open(as_of) as ctx:
         return predict_task(ctx, agent, samples, limit)
 
 
 @flow(name="resolve-and-backfill", flow_run_name=_run_name("resolve-and-backfill"))
-def resolve_and_backfill_flow(
-    as_of: str | None = None, db_url: str | None = None
-) -> tuple[ResolveReport, BackfillReport]:
+def resolve_and_backfill_flow(as_of: str | None = None) -> tuple[ResolveReport, BackfillReport]:
     """Record outcomes of questions past their close, then score their rollouts once."""
-    with open_context(db_url=db_url, as_of=as_of) as ctx:
+    with _open(as_of) as ctx:
         resolved = resolve_task(ctx)
         backfilled = backfill_task(ctx)
         return resolved, backfilled
@@ -172,13 +204,12 @@ def resolve_and_backfill_flow(
 def replay_and_train_flow(
     agent: str,
     as_of: str | None = None,
-    db_url: str | None = None,
     train: TrainOptions = TrainOptions(),
 ) -> TrainReport | None:
     """Replay the agent's completed groups into one staleness-corrected update and register
     the new policy version; does nothing while fewer than `train.min_groups` groups are
     complete."""
-    with open_context(db_url=db_url, as_of=as_of) as ctx:
+    with _open(as_of) as ctx:
         report = train_task(ctx, agent, train)
         if report is None:
             get_run_logger().info("%s: fewer than %d completed groups", agent, train.min_groups)
@@ -188,10 +219,10 @@ def replay_and_train_flow(
 
 @flow(name="evaluate", flow_run_name=_run_name("evaluate"))
 def evaluate_flow(
-    as_of: str | None = None, db_url: str | None = None, agents: list[str] | None = None
+    as_of: str | None = None, agents: list[str] | None = None
 ) -> list[dict[str, Any]]:
     """Score every agent and policy version side by side, per source and overall."""
-    with open_context(db_url=db_url, as_of=as_of) as ctx:
+    with _open(as_of) as ctx:
         evaluation = evaluate_task(ctx, agents)
         _publish_evaluation(ctx, evaluation)
         return [row.as_dict() for row in evaluation.rows]
@@ -200,7 +231,6 @@ def evaluate_flow(
 @flow(name="daily-cycle", flow_run_name=_run_name("daily-cycle"))
 def daily_cycle_flow(
     as_of: str | None = None,
-    db_url: str | None = None,
     sources: list[str] | None = None,
     feeds: list[str] | None = None,
     samples: int = 4,
@@ -211,7 +241,7 @@ def daily_cycle_flow(
     `train.min_groups` completed groups), then predict → evaluate all agents. A failing stage
     is recorded in the summary artifact and the cycle goes on; the run fails at the end if
     any stage did."""
-    with open_context(db_url=db_url, as_of=as_of) as ctx:
+    with _open(as_of) as ctx:
         stages: list[artifacts.StageSummary] = []
         _step(stages, "harvest", harvest_task, ctx, sources, feeds)
         _step(stages, "resolve", resolve_task, ctx)
@@ -241,7 +271,9 @@ def daily_cycle_flow(
         artifacts.publish_cycle_summary(ctx.run_key, stages)
         failed = [s.stage for s in stages if s.failed is not None]
         if failed:
-            raise RuntimeError(f"daily cycle {ctx.run_key}: stages failed: {', '.join(failed)}")
+            raise CycleFailed(
+                f"daily cycle {ctx.run_key}: stages failed: {', '.join(failed)}", stages
+            )
         return stages
 
 
@@ -262,8 +294,12 @@ def _step(
         stages.append(artifacts.StageSummary(stage=label, failed=why))
         return None
     result = state.result()
-    note = skipped if result is None else ""
-    stages.append(artifacts.summarise(label, result if counted else None, note=note))
+    verdict = getattr(result, "verdict", None)
+    note = skipped if result is None else (verdict or "")
+    summary = artifacts.summarise(label, result if counted else None, note=note)
+    if any_failed(getattr(result, "sources", {})):
+        summary = replace(summary, failed=verdict, note="")
+    stages.append(summary)
     return result
 
 

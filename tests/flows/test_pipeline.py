@@ -1,6 +1,7 @@
 """The Prefect flows on the simulated world served on loopback: a daily cycle harvests,
 predicts with baseline agents, resolves, backfills and evaluates, publishing artifacts; a
-failing source is reported in the summary and the rest of the cycle still runs."""
+failing source is reported in the summary and the rest of the cycle still runs. The flows take
+no database URL: they read FW_DB_URL, or the Prefect Secret block FW_DB_URL_SECRET names."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from flows.cli.orchestration import orchestration_app
+from flows.cli import app
 from flows.context import run_key_for
 from flows.orchestration.artifacts import (
     CYCLE_SUMMARY_KEY,
@@ -23,7 +24,13 @@ from flows.orchestration.artifacts import (
     artifact_key,
 )
 from flows.orchestration.deployments import build_deployments
-from flows.orchestration.pipeline import DAILY_TRAIN, FLOWS, daily_cycle_flow, evaluate_flow
+from flows.orchestration.pipeline import (
+    DAILY_TRAIN,
+    FLOWS,
+    CycleFailed,
+    daily_cycle_flow,
+    evaluate_flow,
+)
 from flows.settings import DAILY_CRON, parse_as_of
 from futureworld.domain import Agent, Question
 from futureworld.world import SimClock, World, WorldConfig, serve_world
@@ -70,6 +77,15 @@ def test_as_of_accepts_dates_and_iso_datetimes_and_names_the_run_by_date() -> No
     assert artifact_key("training", "Qwen 0.5B_v2") == "training-qwen-0-5b-v2"
 
 
+def _failed_cycle(**params) -> dict:
+    """A daily cycle that fails at the end (a source gave nothing): its stages by name."""
+    state = daily_cycle_flow(**params, return_state=True)
+    failure = state.result(raise_on_failure=False)
+    assert state.is_failed() and isinstance(failure, CycleFailed)
+    assert "stages failed: harvest" in str(failure)
+    return {s.stage: s for s in failure.stages}
+
+
 def test_daily_cycle_runs_the_loop_and_reports_a_failing_source(
     prefect_harness, engine, db_url: str, tmp_path, monkeypatch
 ) -> None:
@@ -80,17 +96,20 @@ def test_daily_cycle_runs_the_loop_and_reports_a_failing_source(
             ensure_agent(session, Agent(name=name, base_model=name, backend="baseline"))
     with serve_world(world, clock) as server:
         monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+        monkeypatch.setenv("FW_DB_URL", db_url)
         monkeypatch.setenv("FW_MANIFOLD_BASE_URL", server.manifold_base_url)
         monkeypatch.setenv("FW_POLYMARKET_BASE_URL", _dead_url())
         monkeypatch.setenv("FW_HTTP_MAX_RETRIES", "0")
         monkeypatch.setenv("FW_HTTP_TIMEOUT_S", "2")
-        params = dict(db_url=db_url, sources=["manifold", "polymarket"], feeds=[], samples=1)
+        params = dict(sources=["manifold", "polymarket"], feeds=[], samples=1)
 
         day2 = clock.now().isoformat()
-        stages = {s.stage: s for s in daily_cycle_flow(as_of=day2, **params)}
+        stages = _failed_cycle(as_of=day2, **params)
         posed = _count(engine, QuestionRow)
         assert stages["harvest"].counts["questions_new"] == posed > 0
         assert any(e.startswith("polymarket:") for e in stages["harvest"].errors)
+        # A requested source that gave nothing fails the stage; the cycle still runs on.
+        assert stages["harvest"].failed == "failed: nothing came through from polymarket"
         assert stages["predict crowd"].counts["rollouts"] == posed
         assert stages["predict uniform"].counts["rollouts"] == posed
         summary = _latest_artifact(CYCLE_SUMMARY_KEY).data
@@ -98,13 +117,13 @@ def test_daily_cycle_runs_the_loop_and_reports_a_failing_source(
         assert "polymarket" in summary and "What failed and why" in summary
 
         # Re-running the same day changes nothing.
-        again = {s.stage: s for s in daily_cycle_flow(as_of=day2, **params)}
+        again = _failed_cycle(as_of=day2, **params)
         assert again["harvest"].counts["questions_new"] == 0
         assert again["predict crowd"].counts["rollouts"] == 0
         assert _count(engine, RolloutRow) == 2 * posed
 
         clock.advance(days=9)
-        later = {s.stage: s for s in daily_cycle_flow(as_of=clock.now().isoformat(), **params)}
+        later = _failed_cycle(as_of=clock.now().isoformat(), **params)
     assert later["resolve"].counts["outcomes_recorded"] == posed
     assert later["backfill"].counts["rewards_inserted"] > 0
     assert later["evaluate"].counts["forecasts_scored"] == 2 * posed
@@ -117,7 +136,7 @@ def test_daily_cycle_runs_the_loop_and_reports_a_failing_source(
     assert (tmp_path / "reports" / f"reliability-{run_key_for(clock.now())}.png").stat().st_size
     assert "reliability-" in reliability
 
-    rows = evaluate_flow(as_of=clock.now().isoformat(), db_url=db_url)
+    rows = evaluate_flow(as_of=clock.now().isoformat())
     uniform = next(r for r in rows if r["agent"] == "uniform" and r["source"] is None)
     assert uniform["brier"] == 0.25 and uniform["n"] == posed
 
@@ -127,30 +146,57 @@ def test_cycle_command_runs_the_daily_cycle_and_prints_each_stage(
 ) -> None:
     db_url = f"sqlite:///{tmp_path / 'fw.db'}"
     monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("FW_DB_URL", "")  # recorded, so the `--db` the command exports is undone
+    monkeypatch.delenv("FW_DB_URL")
     engine = make_engine(db_url)
     upgrade_database(engine)
     with session_scope(engine) as session:
         ensure_agent(session, Agent(name="uniform", base_model="uniform", backend="baseline"))
     engine.dispose()
     result = CliRunner().invoke(
-        orchestration_app, ["cycle", "--as-of", "2026-02-01", "--db", db_url]
+        app, ["orchestrate", "cycle", "--as-of", "2026-02-01", "--db", db_url]
     )
     assert result.exit_code == 0, result.output
     for stage in ("harvest", "resolve", "backfill", "predict uniform", "evaluate"):
         assert f"{stage}:" in result.output
 
-    bad = CliRunner().invoke(orchestration_app, ["cycle", "--as-of", "someday", "--db", db_url])
-    assert bad.exit_code != 0
-    assert "someday" in bad.output + str(bad.exception)
+    bad = CliRunner().invoke(app, ["orchestrate", "cycle", "--as-of", "someday", "--db", db_url])
+    assert bad.exit_code == 2
+    assert "someday" in bad.output and "Traceback" not in bad.output
 
 
-def test_served_deployments_schedule_only_the_daily_cycle() -> None:
-    deployments = {d.name: d for d in build_deployments("sqlite:///x.db")}
+def test_served_deployments_schedule_only_the_daily_cycle_and_carry_no_database_url() -> None:
+    deployments = {d.name: d for d in build_deployments()}
     assert set(deployments) == set(FLOWS)
     (schedule,) = deployments["daily-cycle"].schedules
     assert (schedule.schedule.cron, schedule.schedule.timezone) == (DAILY_CRON, "UTC")
     assert all(not d.schedules for name, d in deployments.items() if name != "daily-cycle")
-    assert deployments["evaluate"].parameters == {"db_url": "sqlite:///x.db"}
+    for deployment in deployments.values():
+        assert deployment.parameters == {}
+    for flow in FLOWS.values():
+        assert "db_url" not in flow.parameters.properties  # no flow takes the URL at all
+
+
+def test_flows_read_the_database_url_from_a_prefect_secret_block(
+    prefect_harness, tmp_path, monkeypatch
+) -> None:
+    from prefect.blocks.system import Secret
+
+    from flows.orchestration.pipeline import harvest_flow
+    from storage.repositories.events import event_counts
+
+    db_url = f"sqlite:///{tmp_path / 'secret.db'}"
+    Secret(value=db_url).save("fw-test-db-url", overwrite=True)
+    monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("FW_DB_URL", raising=False)
+    monkeypatch.setenv("FW_DB_URL_SECRET", "fw-test-db-url")
+    report = harvest_flow(as_of="2026-02-01", sources=["nosuch"], feeds=[])
+    assert report.sources == {"nosuch": "failed"}
+    engine = make_engine(db_url)
+    with session_scope(engine) as session:
+        assert event_counts(session, "2026-02-01")[("harvest", "nosuch", "unknown_source")] == 1
+    engine.dispose()
+    assert not (tmp_path / "futureworld.db").exists()  # not the default database
 
 
 def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
@@ -158,6 +204,7 @@ def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
 ) -> None:
     db_url = f"sqlite:///{tmp_path / 'fw.db'}"
     monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("FW_DB_URL", db_url)
     scored_tiny_agent(db_url, tmp_path)
     engine = make_engine(db_url)
     with session_scope(engine) as session:
@@ -175,10 +222,7 @@ def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
             ],
         )
     as_of = (CUTOFF + timedelta(days=4)).isoformat()
-    stages = {
-        s.stage: s
-        for s in daily_cycle_flow(as_of=as_of, db_url=db_url, feeds=[], samples=2, train=TRAIN)
-    }
+    stages = {s.stage: s for s in daily_cycle_flow(as_of=as_of, feeds=[], samples=2, train=TRAIN)}
     assert stages["train tiny"].counts["to_version"] == 1
     assert stages["predict tiny"].counts == {"policy_version": 1, "questions": 1, "rollouts": 2}
     assert stages["evaluate"].failed is None  # tiny-model answers rarely parse: few scored
@@ -187,10 +231,7 @@ def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
     assert list((tmp_path / "reports").glob("training-tiny-*.png"))
 
     # The same day again: nothing left to train on, nothing left to forecast.
-    again = {
-        s.stage: s
-        for s in daily_cycle_flow(as_of=as_of, db_url=db_url, feeds=[], samples=2, train=TRAIN)
-    }
+    again = {s.stage: s for s in daily_cycle_flow(as_of=as_of, feeds=[], samples=2, train=TRAIN)}
     assert again["train tiny"].note.startswith("fewer than 3")
     assert again["predict tiny"].counts["rollouts"] == 0
     with session_scope(engine) as session:

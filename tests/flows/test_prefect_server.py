@@ -1,7 +1,8 @@
 """The deployments on a real Prefect server: a `prefect server start` subprocess with its own
 home and SQLite database, a process work pool and worker, `prefect deploy --all` from
 prefect.yaml in the source tree, and `prefect deployment run` triggering replay-and-train and
-evaluate with parameters; the training run registers a new policy version."""
+evaluate with parameters; the training run registers a new policy version. The database URL
+is never a parameter: the worker has it in its environment (FW_DB_URL)."""
 
 from __future__ import annotations
 
@@ -81,8 +82,8 @@ def _prefect(env: dict[str, str], *args: str, timeout: float = 180) -> str:
 def test_deployments_run_on_a_real_server_with_a_process_worker(
     prefect_server, scored_tiny_agent, tmp_path
 ) -> None:
-    env = {**prefect_server, "FW_DATA_DIR": str(tmp_path / "data")}
     db_url = f"sqlite:///{tmp_path / 'fw.db'}"
+    env = {**prefect_server, "FW_DATA_DIR": str(tmp_path / "data"), "FW_DB_URL": db_url}
     scored_tiny_agent(db_url, tmp_path / "data")
 
     _prefect(env, "work-pool", "create", "futureworld", "--type", "process")
@@ -109,8 +110,6 @@ def test_deployments_run_on_a_real_server_with_a_process_worker(
             "-p",
             "agent=tiny",
             "-p",
-            f"db_url={db_url}",
-            "-p",
             'train={"max_groups": 3, "learning_rate": 1e-3}',
             "--watch",
             "--watch-timeout",
@@ -122,8 +121,6 @@ def test_deployments_run_on_a_real_server_with_a_process_worker(
             "deployment",
             "run",
             "evaluate/evaluate",
-            "-p",
-            f"db_url={db_url}",
             "--watch",
             "--watch-timeout",
             "90",

@@ -1,21 +1,29 @@
 """Resolution timers on a real job store in the project's database (Postgres and SQLite):
-jobs survive a scheduler restart, scheduling is idempotent, and a check missed while the
-scheduler was down runs on start and records the outcome from the served world."""
+jobs survive a scheduler restart, scheduling is idempotent, a check missed while the
+scheduler was down runs on start and records the outcome from the served world, and the job
+table holds JSON documents only: a crafted pickle row runs nothing."""
 
 from __future__ import annotations
 
+import json
+import os
+import pickle
 import socket
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED
+from sqlalchemy import text
 
 from flows.context import build_context
 from flows.settings import Settings
 from flows.stages.harvesting import harvest
 from flows.timers import (
+    JOB_TABLE,
+    check_resolution,
     job_id,
     make_scheduler,
     schedule_check,
@@ -62,9 +70,9 @@ def test_timers_persist_across_a_scheduler_restart_and_scheduling_is_idempotent(
     first = make_scheduler(db_url)
     first.start(paused=True)
     first.remove_all_jobs()  # the Postgres database is shared by the session's tests
-    ids = schedule_resolution_checks(first, questions, db_url=db_url, now=NOW)
+    ids = schedule_resolution_checks(first, questions, now=NOW)
     assert ids == [job_id(1, "close"), job_id(1, "resolve-by"), job_id(2, "close")]
-    schedule_resolution_checks(first, questions, db_url=db_url, now=NOW)
+    schedule_resolution_checks(first, questions, now=NOW)
     before = _jobs(first)
     first.shutdown(wait=False)
 
@@ -74,12 +82,12 @@ def test_timers_persist_across_a_scheduler_restart_and_scheduling_is_idempotent(
         after = _jobs(second)
         assert after == before
         assert after[job_id(1, "close")] == questions[0].close_at
-        assert second.get_job(job_id(1, "close")).args == (1, db_url)
+        assert second.get_job(job_id(1, "close")).args == (1,)
     finally:
         second.shutdown(wait=False)
 
     with pytest.raises(ValueError, match="unknown check kind"):
-        schedule_check(second, 1, "tomorrow", NOW, db_url)
+        schedule_check(second, 1, "tomorrow", NOW)
 
 
 def _dead_url() -> str:
@@ -97,6 +105,7 @@ def test_a_missed_check_runs_on_start_and_records_the_outcome(
         monkeypatch.setenv("FW_MANIFOLD_BASE_URL", server.manifold_base_url)
         monkeypatch.setenv("FW_HTTP_MAX_RETRIES", "0")
         monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+        monkeypatch.setenv("FW_DB_URL", db_url)  # the check reads the database from settings
         ctx = build_context(Settings(), engine, as_of=clock.now(), run_key="d1")
         harvest(ctx, sources=["manifold"], feeds=[])
         with session_scope(engine) as session:
@@ -107,7 +116,7 @@ def test_a_missed_check_runs_on_start_and_records_the_outcome(
         down = make_scheduler(db_url)
         down.start(paused=True)
         down.remove_all_jobs()
-        schedule_check(down, target.id, "close", datetime.now(UTC) + timedelta(seconds=1), db_url)
+        schedule_check(down, target.id, "close", datetime.now(UTC) + timedelta(seconds=1))
         down.shutdown(wait=False)
         threading.Event().wait(1.5)
 
@@ -148,7 +157,7 @@ def test_started_timers_time_every_open_question_in_the_store(engine, db_url: st
     scheduler.shutdown(wait=False)
 
     scheduler = make_scheduler(db_url)
-    start_timers(scheduler, engine, db_url)  # the refresh job runs at once
+    start_timers(scheduler, engine)  # the refresh job runs at once
     try:
         deadline = time.monotonic() + 20
         while len(_jobs(scheduler)) < 3 and time.monotonic() < deadline:
@@ -160,3 +169,64 @@ def test_started_timers_time_every_open_question_in_the_store(engine, db_url: st
         }
     finally:
         scheduler.shutdown(wait=False)
+
+
+class _RunsACommand:
+    """What an attacker would write into a pickled job row: unpickling it runs a command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _rows(engine) -> dict[str, bytes]:
+    with engine.connect() as connection:
+        found = connection.execute(text(f"SELECT id, job_state FROM {JOB_TABLE}")).all()
+    return {row[0]: bytes(row[1]) for row in found}
+
+
+def test_the_job_table_holds_json_and_a_crafted_row_runs_nothing(
+    engine, db_url: str, tmp_path
+) -> None:
+    scheduler = make_scheduler(db_url)
+    scheduler.start(paused=True)
+    scheduler.remove_all_jobs()
+    schedule_check(scheduler, 7, "close", NOW + timedelta(days=1))
+    with pytest.raises(ValueError, match=r"only flows\.timers:check_resolution"):
+        scheduler.add_job(print, "date", run_date=NOW + timedelta(days=1), args=["x"], id="other")
+    with pytest.raises(ValueError, match=r"only flows\.timers:check_resolution"):
+        scheduler.add_job(check_resolution, "date", run_date=NOW, args=["7; rm -rf /"], id="bad")
+    scheduler.shutdown(wait=False)
+    [(ident, state)] = _rows(engine).items()
+    document = json.loads(state)
+    assert ident == job_id(7, "close")
+    assert document == {
+        "question_id": 7,
+        "kind": "close",
+        "run_at": (NOW + timedelta(days=1)).isoformat(),
+        "next_run_at": (NOW + timedelta(days=1)).isoformat(),
+    }
+
+    marker = tmp_path / "pwned"
+    foreign = {**document, "func": "os:system", "args": [f"touch {marker}"]}
+    with engine.begin() as connection:
+        for ident, state in (
+            ("crafted-pickle", pickle.dumps(_RunsACommand(marker))),
+            ("crafted-json", json.dumps(foreign).encode()),
+            ("crafted-id", json.dumps({**document, "question_id": "7; touch x"}).encode()),
+        ):
+            connection.execute(
+                text(f"INSERT INTO {JOB_TABLE} (id, next_run_time, job_state) VALUES (:i, 0, :s)"),
+                {"i": ident, "s": state},
+            )
+    again = make_scheduler(db_url)
+    again.start(paused=True)
+    try:
+        assert [job.id for job in again.get_jobs(jobstore="default")] == [job_id(7, "close")]
+        assert again.get_job("crafted-pickle") is None
+    finally:
+        again.shutdown(wait=False)
+    assert not marker.exists()
+    assert set(_rows(engine)) == {job_id(7, "close")}  # the unreadable rows were dropped
