@@ -46,12 +46,15 @@ def train_command(
     ppo_epochs: Annotated[
         int, typer.Option(help="Passes over the replayed data.")
     ] = TrainOptions.model_fields["ppo_epochs"].default,
-    grad_accum_steps: Annotated[
-        int, typer.Option(help="Packed micro-batches per optimiser step.")
-    ] = TrainOptions.model_fields["grad_accum_steps"].default,
+    groups_per_step: Annotated[
+        int, typer.Option(help="Whole groups per optimiser step (SFT: trajectories).")
+    ] = TrainOptions.model_fields["groups_per_step"].default,
     micro_batch_tokens: Annotated[
         int, typer.Option(help="Tokens per packed row.")
     ] = TrainOptions.model_fields["micro_batch_tokens"].default,
+    kl_coef: Annotated[
+        float, typer.Option(help="k3 KL penalty to the agent's base model (v0); 0 = off.")
+    ] = TrainOptions.model_fields["kl_coef"].default,
     sft: Annotated[bool, typer.Option("--sft", help="Supervised fine-tuning.")] = False,
     from_jsonl: Annotated[
         Path | None,
@@ -65,7 +68,11 @@ def train_command(
     ] = None,
     resume: Annotated[
         Path | None,
-        typer.Option("--resume", help="Continue from this checkpoint's state.", exists=True),
+        typer.Option(
+            "--resume",
+            help="Continue from this registered checkpoint (the new version's parent).",
+            exists=True,
+        ),
     ] = None,
     fresh_optimizer: Annotated[
         bool,
@@ -91,8 +98,9 @@ def train_command(
         lora=lora,
         learning_rate=learning_rate,
         ppo_epochs=ppo_epochs,
-        grad_accum_steps=grad_accum_steps,
+        groups_per_step=groups_per_step,
         micro_batch_tokens=micro_batch_tokens,
+        kl_coef=kl_coef,
         max_groups=max_groups,
         reuse=reuse,
         fresh_optimizer=fresh_optimizer,

@@ -10,6 +10,9 @@ checkpoint directory left behind by such a crash is moved aside, never registere
 LoRA adapters are always trained over the agent's base model, so an adapter version can be
 served by vLLM next to the base weights; switching an agent from full fine-tuning to LoRA
 is refused with a clear error.
+
+Which weights an update starts from, which AdamW state it continues and which reference its
+KL penalty uses are decided in `flows.stages.lineage`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from flows.context import PipelineContext
+from flows.stages.lineage import (
+    base_version,
+    continued_optimizer,
+    model_and_adapter,
+    registered_version,
+)
 from futureworld.domain import (
     Agent,
     PolicyVersion,
@@ -31,9 +40,8 @@ from futureworld.domain import (
     TrainStep,
     Trajectory,
 )
-from futureworld.policy.base import is_lora_adapter
 from futureworld.rewards import DEFAULT_REWARD, RewardFn
-from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator, TrainConfig
+from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator, LossAggregation, TrainConfig
 from storage.engine import session_scope
 from storage.repositories.agents import register_policy_version
 from storage.repositories.training import (
@@ -62,12 +70,17 @@ class TrainOptions(BaseModel):
     """Train a LoRA adapter over the base model instead of all weights."""
     learning_rate: float = TrainConfig.learning_rate
     ppo_epochs: int = TrainConfig.ppo_epochs
-    grad_accum_steps: int = TrainConfig.grad_accum_steps
-    """Packed micro-batches summed into one optimiser step."""
+    groups_per_step: int = TrainConfig.groups_per_step
+    """Whole groups per optimiser step, in replay order (SFT: trajectories per step)."""
     micro_batch_tokens: int = TrainConfig.micro_batch_tokens
-    """Tokens per packed row (a longer rollout gets a row of its own)."""
-    temperature: float = TrainConfig.temperature
-    """The behaviour policy's sampling temperature (log-probs use logits / T)."""
+    """Tokens per packed row (a longer rollout gets a row of its own); memory, not maths."""
+    loss_aggregation: LossAggregation = TrainConfig.loss_aggregation
+    """The step's loss normaliser: token_mean (ARCHITECTURE §6) or Dr. GRPO's constant."""
+    kl_coef: float = TrainConfig.kl_coef
+    """Weight of the k3 KL penalty to the agent's base model (version 0); 0 = off."""
+    temperature: float | None = TrainConfig.temperature
+    """None: recompute log-probs at the temperature the rollouts were sampled at (read from
+    them); a number must agree with it. SFT trains at this temperature (1.0 when None)."""
     max_groups: int | None = None
     """Replay at most this many groups (oldest first); the rest wait for the next update."""
     min_groups: int = 1
@@ -84,8 +97,10 @@ class TrainOptions(BaseModel):
             lora=self.lora,
             learning_rate=self.learning_rate,
             ppo_epochs=self.ppo_epochs,
-            grad_accum_steps=self.grad_accum_steps,
+            groups_per_step=self.groups_per_step,
             micro_batch_tokens=self.micro_batch_tokens,
+            loss_aggregation=self.loss_aggregation,
+            kl_coef=self.kl_coef,
             temperature=self.temperature,
             device=device,
         )
@@ -109,44 +124,6 @@ STEP_FLUSH_EVERY = 25
 """Per-step metrics are written in batches of this many steps (and at the end)."""
 
 
-def _model_and_adapter(
-    agent: Agent, current: PolicyVersion, lora: bool
-) -> tuple[Path, Path | None]:
-    checkpoint = Path(current.checkpoint_path)
-    if is_lora_adapter(checkpoint):
-        if not lora:
-            raise ValueError(
-                f"{agent.name} v{current.version} is a LoRA adapter; keep training with --lora"
-            )
-        return Path(agent.base_model), checkpoint
-    if lora and current.version > 0:
-        raise ValueError(
-            f"{agent.name} v{current.version} is a fully fine-tuned model; LoRA adapters are "
-            "trained over the base model only (continue without --lora)"
-        )
-    return checkpoint, None
-
-
-def _continued_optimizer(current: PolicyVersion, config: TrainConfig) -> Path | None:
-    """The current version's checkpoint when its AdamW state should carry into this update.
-
-    RL versions continue one another's moments, as one long-running trainer would: a fresh
-    AdamW's first steps are sign-like, lr-sized moves of every weight, which on noisy,
-    outcome-driven rewards are mostly noise. The state of a supervised (SFT) update, or of
-    a full fine-tune when this is LoRA (or the reverse), does not carry over.
-    """
-    from futureworld.rl.checkpoints import OPTIMIZER_FILE, load_trainer_state
-
-    checkpoint = Path(current.checkpoint_path)
-    if config.estimator is Estimator.SFT or not (checkpoint / OPTIMIZER_FILE).is_file():
-        return None
-    try:  # refused when missing, or when trained the other way (LoRA vs full)
-        trained = load_trainer_state(checkpoint, lora=config.lora)
-    except (FileNotFoundError, ValueError):
-        return None
-    return None if trained["config"]["estimator"] == Estimator.SFT else checkpoint
-
-
 def _free_target(target: Path) -> None:
     if target.exists():
         target.rename(target.with_name(f"{target.name}.unregistered-{int(time.time())}"))
@@ -161,16 +138,21 @@ def _run_update(
     *,
     run_config: dict[str, Any],
     on_registered: Callable[[Any, int], None],
+    parent: PolicyVersion | None = None,
     resume_from: Path | None = None,
 ) -> tuple[TrainingRun, TrainResult, PolicyVersion]:
+    """Trains `parent` (default: `current`, the newest) into version current + 1."""
     from futureworld.rl.trainer import train_policy
 
     engine = ctx.engine
-    model_dir, adapter_dir = _model_and_adapter(agent, current, config.lora)
+    parent = parent or current
+    model_dir, adapter_dir = model_and_adapter(agent, parent, config.lora)
+    reference = Path(base_version(ctx, agent).checkpoint_path) if config.kl_coef > 0 else None
+    run_config = {**run_config, "reference": None if reference is None else str(reference)}
     with session_scope(engine) as session:
         run = start_training_run(
             session,
-            TrainingRun(agent_id=agent.id, from_version=current.version, config=run_config),
+            TrainingRun(agent_id=agent.id, from_version=parent.version, config=run_config),
         )
     target = ctx.checkpoint_dir(agent, current.version + 1)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -199,6 +181,7 @@ def _run_update(
             target,
             adapter_dir=adapter_dir,
             resume_from=resume_from,
+            reference_dir=reference,
             on_step=on_step,
         )
     except BaseException as error:
@@ -213,7 +196,7 @@ def _run_update(
             PolicyVersion(
                 agent_id=agent.id,
                 version=current.version + 1,
-                parent_version=current.version,
+                parent_version=parent.version,
                 checkpoint_path=str(target),
                 checkpoint_sha256=result.checkpoint_sha256,
                 training_run_id=run.id,
@@ -241,18 +224,22 @@ def replay_and_train(
 
     Returns None, changing nothing, when fewer than `options.min_groups` groups are ready.
     The AdamW state of the newest version carries over when it was an RL update of the same
-    kind (`_continued_optimizer`), unless `options.fresh_optimizer` or an explicit
-    `resume_from` is given.
+    kind (`continued_optimizer`), unless `options.fresh_optimizer` or an explicit
+    `resume_from` is given. `resume_from` must be a registered checkpoint of the agent: the
+    update trains from it and records it as the new version's parent.
     """
     config = options.train_config(device=ctx.settings.device)
     agent = ctx.agent(agent_name)
     current = ctx.current_version(agent)
+    parent = (
+        current if resume_from is None else registered_version(ctx, agent, current, resume_from)
+    )
     with session_scope(ctx.engine) as session:
         batch = select_replay_batch(
             session,
             agent.id,
             reward_fn=str(config.reward_fn),
-            current_version=current.version,
+            current_version=parent.version,
             max_groups=options.max_groups,
             reuse=options.reuse,
         )
@@ -271,7 +258,7 @@ def replay_and_train(
         record_consumption(session, run_id, agent.id, rollouts)
 
     if resume_from is None and not options.fresh_optimizer:
-        resume_from = _continued_optimizer(current, config)
+        resume_from = continued_optimizer(current, config)
     run_config["resumed_from"] = None if resume_from is None else str(resume_from)
     run, result, version = _run_update(
         ctx,
@@ -281,12 +268,13 @@ def replay_and_train(
         config,
         run_config=run_config,
         on_registered=consume,
+        parent=parent,
         resume_from=resume_from,
     )
     return TrainReport(
         training_run_id=run.id,
         agent=agent.name,
-        from_version=current.version,
+        from_version=parent.version,
         to_version=version.version,
         groups=result.groups_used,
         rollouts=result.rollouts_used,

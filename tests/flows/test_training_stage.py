@@ -1,12 +1,17 @@
 """Replay-and-train on real stored rollouts of a tiny model: a new version is registered
 with its parent and checksum, consumption makes replay exactly-once, the next predict uses
-the new version, and a crash while checkpointing registers nothing."""
+the new version, a crash while checkpointing registers nothing, steps hold whole groups,
+KL anchors to version 0, a resumed run records its real parent, and an agent is trained at
+the temperature it sampled at."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import shutil
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,14 +21,21 @@ from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from flows.cli import app
+from flows.stages.backfilling import backfill_rewards
 from flows.stages.predicting import predict
 from flows.stages.training import TrainOptions, replay_and_train, supervised_finetune
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
-from futureworld.domain import Agent
+from futureworld.domain import Agent, Outcome, OutcomeStatus, PolicyVersion, Question
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.checkpoints import checkpoint_sha256
 from storage.engine import session_scope
-from storage.repositories.agents import ensure_agent, get_agent, latest_policy_version
+from storage.repositories.agents import (
+    ensure_agent,
+    get_agent,
+    get_policy_version,
+    latest_policy_version,
+)
+from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
 from storage.repositories.training import train_steps
 from storage.tables import ReplayConsumptionRow, TrainingRunRow
 from tests.flows.conftest import CUTOFF, GENERATION, make_context
@@ -168,10 +180,185 @@ def test_sft_from_jsonl_through_the_cli(engine, db_url: str, tiny_model, tmp_pat
     assert "v0 → v1" in result.output
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "x"}\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:1: needs a string field 'completion'"):
-        CliRunner().invoke(
-            app,
-            ["train", "--agent", "tiny", "--sft", "--from-jsonl", str(bad), "--db", db_url],
-            env=env,
-            catch_exceptions=False,
+    refused = CliRunner().invoke(
+        app,
+        ["train", "--agent", "tiny", "--sft", "--from-jsonl", str(bad), "--db", db_url],
+        env=env,
+        catch_exceptions=False,
+    )
+    assert refused.exit_code != 0
+    assert "bad.jsonl:1: needs a string field 'completion'" in refused.output
+    with session_scope(engine) as session:
+        assert latest_policy_version(session, get_agent(session, "tiny").id).version == 1
+
+
+def _versions(engine) -> dict[int, PolicyVersion]:
+    with session_scope(engine) as session:
+        agent = get_agent(session, "tiny")
+        newest = latest_policy_version(session, agent.id).version
+        return {v: get_policy_version(session, agent.id, v) for v in range(newest + 1)}
+
+
+def test_steps_hold_whole_groups_through_the_stage(
+    engine, db_url: str, scored_tiny_agent, tmp_path
+) -> None:
+    ctx = make_context(engine, tmp_path)
+    scored_tiny_agent(db_url, tmp_path)
+    options = FAST.model_copy(update={"groups_per_step": 2, "micro_batch_tokens": 1})
+    report = replay_and_train(ctx, "tiny", options)
+    assert report is not None
+    # 3 groups of 3 rollouts, oldest first: groups (0, 1) then (2); one rollout a row
+    assert [(s["groups"], s["rollouts"]) for s in report.steps] == [(2, 6), (1, 3)]
+
+
+def test_kl_anchors_to_the_base_version_and_is_positive_once_weights_moved(
+    engine, db_url: str, scored_tiny_agent, tmp_path
+) -> None:
+    ctx = make_context(engine, tmp_path)
+    scored_tiny_agent(db_url, tmp_path)
+    with_kl = FAST.model_copy(update={"kl_coef": 0.1, "groups_per_step": 3})
+    first = replay_and_train(ctx, "tiny", with_kl)
+    assert first is not None
+    assert first.steps[0]["kl_ref"] == pytest.approx(0, abs=1e-7)  # π_θ is the base itself
+    # a supervised update moves the weights away from the base (v1 → v2) ...
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tiny-model", local_files_only=True)
+    demo = Demonstration(prompt="Will it rain?", completion="<probability>0.20</probability>")
+    sft = supervised_finetune(
+        ctx,
+        "tiny",
+        [demonstration_trajectory(tokenizer, demo, agent_id=0, policy_version=0, sample_index=0)],
+        FAST.model_copy(update={"ppo_epochs": 3}),
+    )
+    assert sft.to_version == 2
+    # ... so the next RL update starts at a KL from version 0 above zero; anchored to
+    # π_prox (the weights the update starts from) it would read 0 at the first step
+    third = replay_and_train(ctx, "tiny", with_kl.model_copy(update={"reuse": True}))
+    assert third is not None and third.from_version == 2
+    assert third.steps[0]["kl_ref"] > 1e-6
+    base = _versions(engine)[0].checkpoint_path
+    with session_scope(engine) as session:
+        configs = {run.to_version: run.config for run in session.scalars(select(TrainingRunRow))}
+    assert configs[1]["reference"] == configs[3]["reference"] == base
+    assert configs[2]["reference"] is None  # no KL in that update
+    state = json.loads((Path(third.checkpoint_path) / "trainer_state.json").read_text())
+    assert state["reference"] == base
+
+
+def test_resume_records_the_checkpoint_it_resumed_from_as_parent(
+    engine, db_url: str, scored_tiny_agent, tmp_path
+) -> None:
+    ctx = make_context(engine, tmp_path)
+    scored_tiny_agent(db_url, tmp_path)
+    again = FAST.model_copy(update={"reuse": True})
+    v1 = replay_and_train(ctx, "tiny", FAST)
+    assert v1 is not None
+    assert replay_and_train(ctx, "tiny", again) is not None  # v2, parent v1
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--agent",
+            "tiny",
+            "--reuse",
+            "--resume",
+            v1.checkpoint_path,
+            "--learning-rate",
+            "1e-3",
+            "--db",
+            db_url,
+        ],
+        env={"FW_DATA_DIR": str(tmp_path)},
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    assert "v1 → v3" in result.output
+    versions = _versions(engine)
+    assert [versions[v].parent_version for v in (1, 2, 3)] == [0, 1, 1]
+    with session_scope(engine) as session:
+        run = session.scalars(select(TrainingRunRow).where(TrainingRunRow.to_version == 3)).one()
+    assert (run.from_version, run.config["resumed_from"]) == (1, v1.checkpoint_path)
+    # the AdamW state is v1's, continued: v3 has taken as many steps as v2
+    steps = {
+        v: {
+            int(s["step"])
+            for s in torch.load(
+                Path(versions[v].checkpoint_path) / "optimizer.pt", weights_only=True
+            )["state"].values()
+        }
+        for v in (2, 3)
+    }
+    assert steps[2] == steps[3]
+
+
+def test_resume_from_a_checkpoint_that_is_not_a_registered_version_is_refused(
+    engine, db_url: str, scored_tiny_agent, tmp_path
+) -> None:
+    ctx = make_context(engine, tmp_path)
+    scored_tiny_agent(db_url, tmp_path)
+    v1 = replay_and_train(ctx, "tiny", FAST)
+    assert v1 is not None
+    stray = tmp_path / "elsewhere" / "v1-copy"
+    shutil.copytree(v1.checkpoint_path, stray)
+    again = FAST.model_copy(update={"reuse": True})
+    with pytest.raises(ValueError, match="not a registered version of tiny"):
+        replay_and_train(ctx, "tiny", again, resume_from=stray)
+    state = Path(v1.checkpoint_path) / "trainer_state.json"
+    state.write_text(state.read_text().replace('"global_step"', '"global_step" ', 1))
+    with pytest.raises(ValueError, match="no longer match the sha256"):
+        replay_and_train(ctx, "tiny", again, resume_from=Path(v1.checkpoint_path))
+    assert _versions(engine).keys() == {0, 1}  # nothing was trained or registered
+
+
+def test_an_agent_sampling_at_another_temperature_trains_at_it(
+    engine, tiny_model: Path, tmp_path
+) -> None:
+    ctx = make_context(engine, tmp_path)
+    with session_scope(engine) as session:
+        upsert_questions(
+            session,
+            [
+                Question(
+                    source="test",
+                    external_id=f"t{i}",
+                    title=f"Will event {i} happen?",
+                    created_at=CUTOFF,
+                    info_cutoff_at=CUTOFF,
+                    close_at=CUTOFF + timedelta(days=2),
+                )
+                for i in range(3)
+            ],
         )
+        ensure_agent(
+            session,
+            Agent(
+                name="cool",
+                base_model=str(tiny_model),
+                backend="local",
+                generation=dataclasses.replace(GENERATION, temperature=0.7),
+            ),
+        )
+    predict(ctx, "cool", samples=3)
+    with session_scope(engine) as session:
+        record_outcomes(
+            session,
+            [
+                Outcome(
+                    question_id=q.id,
+                    revision=0,
+                    status=OutcomeStatus.RESOLVED,
+                    value=float(i % 2),
+                    resolved_at=CUTOFF + timedelta(days=3),
+                )
+                for i, q in enumerate(list_questions(session))
+            ],
+        )
+    backfill_rewards(ctx)
+    report = replay_and_train(ctx, "cool", FAST)
+    assert report is not None and report.rollouts == 9
+    # μ was taken at T = 0.7; π_prox at the same T agrees with it token for token
+    assert report.steps[0]["kl_behaviour"] == pytest.approx(0, abs=1e-5)
+    assert report.steps[0]["rejected_fraction"] == 0
+    state = json.loads((Path(report.checkpoint_path) / "trainer_state.json").read_text())
+    assert state["config"]["temperature"] == 0.7
+    with pytest.raises(ValueError, match=r"sampled at temperature 0\.7"):
+        replay_and_train(ctx, "cool", FAST.model_copy(update={"reuse": True, "temperature": 1.0}))

@@ -1,0 +1,90 @@
+"""Lineage of an update: which registered version it trains from (its parent), which AdamW
+state it continues, and which reference a KL penalty anchors to.
+
+A version's parent is the version whose weights it was trained from. Usually that is the
+newest; an explicit resume names another registered checkpoint of the agent (a path that is
+not one, or whose files no longer match its recorded sha256, is refused), which then is the
+parent, the update's π_prox and the version staleness is measured against. With a KL
+penalty the reference is always the agent's base model, version 0 (for LoRA the base under
+the adapter, which is the same model).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flows.context import PipelineContext
+from futureworld.domain import Agent, PolicyVersion
+from futureworld.policy.base import is_lora_adapter
+from futureworld.rl.config import Estimator, TrainConfig
+from storage.engine import session_scope
+from storage.repositories.agents import get_policy_version
+
+
+def model_and_adapter(agent: Agent, current: PolicyVersion, lora: bool) -> tuple[Path, Path | None]:
+    """(model directory, adapter directory or None) to train `current` from."""
+    checkpoint = Path(current.checkpoint_path)
+    if is_lora_adapter(checkpoint):
+        if not lora:
+            raise ValueError(
+                f"{agent.name} v{current.version} is a LoRA adapter; keep training with --lora"
+            )
+        return Path(agent.base_model), checkpoint
+    if lora and current.version > 0:
+        raise ValueError(
+            f"{agent.name} v{current.version} is a fully fine-tuned model; LoRA adapters are "
+            "trained over the base model only (continue without --lora)"
+        )
+    return checkpoint, None
+
+
+def continued_optimizer(current: PolicyVersion, config: TrainConfig) -> Path | None:
+    """The current version's checkpoint when its AdamW state should carry into this update.
+
+    RL versions continue one another's moments, as one long-running trainer would: a fresh
+    AdamW's first steps are sign-like, lr-sized moves of every weight, which on noisy,
+    outcome-driven rewards are mostly noise. The state of a supervised (SFT) update, or of
+    a full fine-tune when this is LoRA (or the reverse), does not carry over.
+    """
+    from futureworld.rl.checkpoints import OPTIMIZER_FILE, load_trainer_state
+
+    checkpoint = Path(current.checkpoint_path)
+    if config.estimator is Estimator.SFT or not (checkpoint / OPTIMIZER_FILE).is_file():
+        return None
+    try:  # refused when missing, or when trained the other way (LoRA vs full)
+        trained = load_trainer_state(checkpoint, lora=config.lora)
+    except (FileNotFoundError, ValueError):
+        return None
+    return None if trained["config"]["estimator"] == Estimator.SFT else checkpoint
+
+
+def base_version(ctx: PipelineContext, agent: Agent) -> PolicyVersion:
+    """Version 0: the agent's base model, the reference of a KL penalty."""
+    with session_scope(ctx.engine) as session:
+        return get_policy_version(session, agent.id, 0)
+
+
+def registered_version(
+    ctx: PipelineContext, agent: Agent, current: PolicyVersion, checkpoint: Path
+) -> PolicyVersion:
+    """The registered version of `agent` stored at `checkpoint`, its files unchanged since."""
+    from futureworld.rl.checkpoints import checkpoint_sha256
+
+    wanted = Path(checkpoint).resolve()
+    with session_scope(ctx.engine) as session:
+        versions = [
+            get_policy_version(session, agent.id, v) for v in range(current.version, -1, -1)
+        ]
+    for version in versions:
+        if Path(version.checkpoint_path).resolve() != wanted:
+            continue
+        if version.checkpoint_sha256 and checkpoint_sha256(wanted) != version.checkpoint_sha256:
+            raise ValueError(
+                f"{checkpoint} is {agent.name} v{version.version}, but its files no longer "
+                f"match the sha256 recorded when it was registered"
+            )
+        return version
+    raise ValueError(
+        f"cannot resume from {checkpoint}: it is not a registered version of {agent.name} "
+        f"(v0–v{current.version}); resume from one of the agent's own checkpoints"
+    )
