@@ -124,4 +124,4 @@ def test_built_in_baselines_forecast_on_a_fresh_database_without_agent_add(tmp_p
     listed = cli("agent", "list", "--db", db_url)
     assert "crowd" in listed and "baseline" in listed
     result = CliRunner().invoke(app, ["predict", "--agent", "nobody", "--db", db_url])
-    assert result.exit_code != 0 and isinstance(result.exception, LookupError)
+    assert result.exit_code == 2 and "no agent named 'nobody'" in result.output
