@@ -41,15 +41,16 @@ def gumbel_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     """Gumbel noise (B, V) from int64 keys (B,) in [0, 2³²): row b, token k gets
     −log(−log u) with u from hash(keys[b] + k·φ)."""
     tokens = torch.arange(vocab, dtype=torch.int64, device=keys.device) * _WEYL32
-    x = (keys[:, None] + tokens[None, :]) & _MASK32
-    x ^= x >> 16
-    x = (x * _MIX1) & _MASK32
-    x ^= x >> 15
-    x = (x * _MIX2) & _MASK32
-    x ^= x >> 15
+    x = keys[:, None] + tokens[None, :]
+    x.bitwise_and_(_MASK32)
+    x.bitwise_xor_(x >> 16)
+    x.mul_(_MIX1).bitwise_and_(_MASK32)
+    x.bitwise_xor_(x >> 15)
+    x.mul_(_MIX2).bitwise_and_(_MASK32)
+    x.bitwise_xor_(x >> 15)
     # 24 bits are exact in float32, and u stays strictly inside (0, 1).
-    u = ((x >> 8).to(torch.float32) + 0.5) * (1.0 / 16_777_216.0)
-    return -torch.log(-torch.log(u))
+    u = (x >> 8).to(torch.float32).add_(0.5).mul_(1.0 / 16_777_216.0)
+    return u.log_().neg_().log_().neg_()
 
 
 def nucleus(logp: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -3,6 +3,10 @@
 It answers POST /v1/completions (token-id prompts, logprobs, "token_id:N" tokens,
 `token_ids`), /v1/load_lora_adapter and /v1/unload_lora_adapter, and can be told to fail
 the next requests with a 500 or to stall them, to exercise the client's retries.
+
+Its log-probs follow vLLM's `--logprobs-mode`: "processed_logprobs" returns the log-prob of
+the distribution sampled from (after temperature and top-p), "raw_logprobs" (vLLM's
+default) log softmax of the raw logits. It also counts requests in flight over time.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import torch
 
 from futureworld.policy.base import SamplingParams
 from futureworld.policy.local import LocalBackend
@@ -29,6 +35,8 @@ class ServerState:
     stall_s: float = 2.0
     return_token_ids: bool = True
     """False mimics a vLLM without `return_token_ids`: ids only as "token_id:N" strings."""
+    logprobs_mode: str = "processed_logprobs"
+    """vLLM's --logprobs-mode: "processed_logprobs" or "raw_logprobs"."""
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     adapters: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -69,12 +77,15 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
                 stop=tuple(body.get("stop") or ()),
             )
             generation = state.backend.generate([body["prompt"]], params)[0]
+            logprobs = list(generation.logprobs)
+            if state.logprobs_mode == "raw_logprobs":
+                logprobs = _raw_logprobs(state.backend, body["prompt"], generation.token_ids)
             choice: dict[str, Any] = {
                 "index": 0,
                 "text": state.backend.tokenizer.decode(generation.token_ids),
                 "logprobs": {
                     "tokens": [f"token_id:{t}" for t in generation.token_ids],
-                    "token_logprobs": list(generation.logprobs),
+                    "token_logprobs": logprobs,
                     "top_logprobs": [],
                     "text_offset": [],
                 },
@@ -94,6 +105,15 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
     return Handler
+
+
+def _raw_logprobs(backend: LocalBackend, prompt: list[int], ids: tuple[int, ...]) -> list[float]:
+    """log softmax of the raw logits (temperature 1, no truncation), as vLLM's default mode."""
+    sequence = torch.tensor([list(prompt) + list(ids)])
+    with torch.inference_mode():
+        logits = backend.model(input_ids=sequence).logits[0, len(prompt) - 1 : -1].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    return logp.gather(1, torch.tensor(ids)[:, None]).squeeze(1).tolist()
 
 
 @contextmanager

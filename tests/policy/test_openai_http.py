@@ -11,7 +11,7 @@ from futureworld.agent.engine import run_group
 from futureworld.domain import GenerationSettings
 from futureworld.policy.base import PolicyBackend, SamplingParams
 from futureworld.policy.local import LocalBackend
-from futureworld.policy.openai_http import BackendError, OpenAIHttpBackend
+from futureworld.policy.openai_http import LOGPROBS_MODE, BackendError, OpenAIHttpBackend
 from tests.agent.agent_doubles import RecordingCorpus, make_articles, make_question
 from tests.policy.completions_server import ServerState, serve_completions
 
@@ -149,3 +149,34 @@ def test_agent_loop_runs_over_http_with_faithful_logprobs(
         stored = torch.tensor(trajectory.behaviour_logprobs)
         assert mask.any() and torch.allclose(replay.squeeze(1)[mask], stored[mask], atol=1e-4)
         assert trajectory.sampling["backend"].startswith("openai:")
+
+
+def test_the_backend_takes_processed_logprobs_with_every_other_processor_off(
+    tiny_backend: LocalBackend, tiny_model_dir: Path
+):
+    """vLLM returns raw log-probs (before temperature) unless the server runs with
+    --logprobs-mode processed_logprobs; the backend states it needs the processed ones, and
+    switches off the processors a checkpoint's generation_config would add."""
+    assert LOGPROBS_MODE == "processed_logprobs"
+    prompt = _prompts(tiny_backend)[0]
+    params = replace(PARAMS, temperature=0.6, stop=())
+    received = {}
+    for mode in ("processed_logprobs", "raw_logprobs"):
+        state = ServerState(backend=tiny_backend, logprobs_mode=mode)
+        with serve_completions(state) as url:
+            [received[mode]] = _client(url, tiny_model_dir).generate([prompt], params)
+        [(_, body)] = state.requests
+        assert (body["top_k"], body["min_p"], body["repetition_penalty"]) == (-1, 0.0, 1.0)
+        assert (body["frequency_penalty"], body["presence_penalty"]) == (0.0, 0.0)
+    processed, raw = received["processed_logprobs"], received["raw_logprobs"]
+    assert processed.token_ids == raw.token_ids  # same seed, same tokens
+    ids = torch.tensor([prompt + list(processed.token_ids)])
+    with torch.no_grad():
+        logits = tiny_backend.model(input_ids=ids).logits[0, len(prompt) - 1 : -1]
+    chosen = ids[0, len(prompt) :, None]
+    at_temperature = torch.log_softmax(logits / 0.6, -1).gather(1, chosen).squeeze(1)
+    untempered = torch.log_softmax(logits, -1).gather(1, chosen).squeeze(1)
+    # Processed: log μ at the sampling temperature, what training needs. Raw: not that.
+    assert torch.allclose(torch.tensor(processed.logprobs), at_temperature, atol=1e-4)
+    assert torch.allclose(torch.tensor(raw.logprobs), untempered, atol=1e-4)
+    assert not torch.allclose(torch.tensor(raw.logprobs), at_temperature, atol=1e-2)
