@@ -21,6 +21,7 @@ from flows.cli.common import (
     RunFailure,
     console,
     debugging,
+    load_settings,
     open_database,
     quiet_prefect_tracebacks,
     use_database,
@@ -48,7 +49,7 @@ def serve_command(
 
     from flows.orchestration.deployments import build_deployments
 
-    settings = use_database(db)
+    settings = _database(db)
     deployments = build_deployments(cron)
     scheduler = _start_timers(settings) if timers else None
     try:
@@ -78,7 +79,7 @@ def cycle_command(
     db: DbOption = None,
 ) -> None:
     """Run the daily cycle once (harvest → resolve → backfill → train → predict → evaluate)."""
-    use_database(db)
+    _database(db)
     from flows.orchestration.pipeline import DAILY_TRAIN, CycleFailed, daily_cycle_flow
 
     if not debugging():
@@ -113,7 +114,7 @@ def timers_command(db: DbOption = None) -> None:
     stay in the database and missed ones run at the next start)."""
     from flows.timers import make_scheduler, start_timers
 
-    settings = use_database(db)
+    settings = _database(db)
     engine = open_database(settings)
     scheduler = make_scheduler(settings.database_url, blocking=True)
     console.print("resolution timers running (Ctrl-C to stop)")
@@ -123,6 +124,18 @@ def timers_command(db: DbOption = None) -> None:
         pass
     finally:
         engine.dispose()
+
+
+def _database(db: str | None) -> Settings:
+    """The checked database of an orchestration command: `--db`, else FW_DB_URL, else the
+    Prefect Secret block FW_DB_URL_SECRET names (the same lookup as the flows'). It is put
+    into this process's environment (FW_DB_URL), where the timer checks read it."""
+    settings = load_settings(db)
+    if settings.db_url is None and settings.db_url_secret:
+        from flows.orchestration.pipeline import pipeline_settings
+
+        db = pipeline_settings().database_url
+    return use_database(db)
 
 
 def _start_timers(settings: Settings) -> Any:
