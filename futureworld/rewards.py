@@ -116,7 +116,9 @@ def log_score_reward(
     p = _parsed_p_yes(trajectory)
     if p is None:
         return RewardValue(LOG_SCORE_UNPARSEABLE_REWARD, {"outcome": y, "parse_failed": 1.0})
-    value = scoring.log_score([p], [y])
+    lo, hi = scoring.LOG_SCORE_CLIP  # scoring.log_score of one forecast, without numpy
+    clipped = min(max(p, lo), hi)
+    value = y * math.log(clipped) + (1.0 - y) * math.log1p(-clipped)
     return RewardValue(value, {"p_yes": p, "outcome": y, "log_score": value})
 
 

@@ -185,7 +185,8 @@ class RewardRow(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    rollout_id: int = Field(foreign_key="rollout.id", index=True)
+    rollout_id: int = Field(foreign_key="rollout.id")
+    """Looked up through uq_reward_once, whose leading column it is."""
     reward_fn: str
     outcome_revision: int
     """0 for a provisional (label-free) reward made before any outcome existed."""
@@ -278,15 +279,15 @@ class PipelineEventRow(SQLModel, table=True):
 
 
 class BackfillQueueRow(SQLModel, table=True):
-    """Rollouts whose rewards may be missing: one row when a rollout is stored (revision 0)
-    and one per rollout of a question when an outcome revision is stored. Filled by triggers
-    (migration 0003), emptied by backfill once the rollout is scored or voided at its
-    question's current revision."""
+    """A rollout whose rewards may be missing: queued at revision 0 when it is stored, and at
+    revision k when its question's outcome revision k is stored. Filled by triggers
+    (migration 0003), emptied by backfill once the rollout is scored (or its rewards voided)
+    at a revision no older than the queued one."""
 
     __tablename__ = "backfill_queue"
 
     rollout_id: int = Field(
         sa_column=Column(Integer, ForeignKey("rollout.id", ondelete="CASCADE"), primary_key=True)
     )
-    outcome_revision: int = Field(primary_key=True)
+    outcome_revision: int = 0
     question_id: int = Field(index=True)

@@ -239,3 +239,13 @@ def test_numeric_outcome_beyond_a_closed_bound_is_rejected() -> None:
         REWARD_FUNCTIONS[RewardFn.CRPS](
             _trajectory(quantiles=(1.0,) * 5), _numeric_question(), _outcome(11.0)
         )
+
+
+def test_log_score_reward_is_scoring_log_score_of_one_forecast() -> None:
+    from futureworld import scoring
+
+    log_score = REWARD_FUNCTIONS[RewardFn.LOG_SCORE]
+    for p in (0.0, 0.005, 0.01, 0.2, 0.5, 0.73, 0.99, 0.999, 1.0):
+        for y in (0.0, 1.0):
+            value = log_score(_trajectory(p_yes=p), _question(), _outcome(y)).value
+            assert value == pytest.approx(scoring.log_score([p], [y]), abs=1e-12)

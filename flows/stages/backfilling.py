@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from flows.context import PipelineContext
 from flows.stages.problems import Problems
-from futureworld.domain import Outcome, Question, QuestionKind, Reward, Trajectory
+from futureworld.domain import Outcome, Question, QuestionKind, Reward, Trajectory, utc_now
 from futureworld.rewards import REWARD_FUNCTIONS, applicable_rewards, rewards_for_kind
 from storage.engine import session_scope
 from storage.repositories.questions import list_questions
@@ -73,7 +73,7 @@ def backfill_rewards(ctx: PipelineContext, *, batch_size: int = 5000) -> Backfil
             rewards, scored = _score(chunk, questions, outcomes, answers, problems)
             report.rewards_inserted += insert_rewards(session, rewards)
             report.rollouts_scored += len(scored)
-            settle_backfill_queue(session, applicable, scored)
+            settle_backfill_queue(session, scored)
     with session_scope(engine) as session:
         report.rewards_voided = void_annulled_rewards(session)
     if problems.events:
@@ -88,30 +88,32 @@ def _score(
     outcomes: dict[tuple[int, int], Outcome],
     answers: dict[int, Trajectory],
     problems: Problems,
-) -> tuple[list[Reward], list[int]]:
+) -> tuple[list[Reward], list[PendingScore]]:
     """Every applicable reward of the chunk's rollouts, question by question; a question
-    whose scoring fails is reported and left out whole. Returns the rewards and the ids of
-    the rollouts they score."""
-    by_question: dict[tuple[int, int], list[int]] = defaultdict(list)
+    whose scoring fails is reported and left out whole. Returns the rewards and the pending
+    items they score."""
+    by_question: dict[tuple[int, int], list[PendingScore]] = defaultdict(list)
     for item in chunk:
-        by_question[(item.question_id, item.outcome_revision)].append(item.rollout_id)
+        by_question[(item.question_id, item.outcome_revision)].append(item)
     rewards: list[Reward] = []
-    scored: list[int] = []
-    for (question_id, revision), rollout_ids in by_question.items():
+    scored: list[PendingScore] = []
+    now = utc_now()
+    for (question_id, revision), items in by_question.items():
         question, outcome = questions[question_id], outcomes[(question_id, revision)]
         fns = applicable_rewards(question)
         try:
             found = [
                 Reward(
-                    rollout_id=rollout_id,
+                    rollout_id=item.rollout_id,
                     reward_fn=str(fn),
                     outcome_revision=revision,
                     value=value.value,
                     components=value.components,
+                    created_at=now,
                 )
-                for rollout_id in rollout_ids
+                for item in items
                 for fn in fns
-                if (value := REWARD_FUNCTIONS[fn](answers[rollout_id], question, outcome))
+                if (value := REWARD_FUNCTIONS[fn](answers[item.rollout_id], question, outcome))
                 is not None
             ]
         except ValueError as error:
@@ -119,9 +121,9 @@ def _score(
                 question.source,
                 "unscorable_outcome",
                 f"question {question.external_id} (id {question_id}) outcome revision "
-                f"{revision}: {error}; its {len(rollout_ids)} rollouts stay queued",
+                f"{revision}: {error}; its {len(items)} rollouts stay queued",
             )
             continue
         rewards += found
-        scored += rollout_ids
+        scored += items
     return rewards, scored

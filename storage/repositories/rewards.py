@@ -12,8 +12,8 @@ Decisions:
   at the current revision, or whose current outcome is annulled once their rewards are voided.
   A revision that arrives meanwhile queues new rows, which stay; a rollout whose scoring
   failed stays queued and is retried on the next run.
-- Backfill reads a rollout's answer (p_yes, choice, quantiles, parse status), never its token
-  arrays or turns: the reward functions score the answer.
+- Backfill reads a rollout's answer (every column but those in `NOT_READ`: token arrays,
+  sampling, timings, times), never its turns: the reward functions score the answer.
 - Rewards go in by COPY on Postgres when none of them exists yet (the common case: the queue
   names only unscored work); when one does, or a concurrent backfill races us to it, they go
   in by INSERT … ON CONFLICT DO NOTHING instead.
@@ -22,13 +22,27 @@ Decisions:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast
 
 from psycopg.errors import UniqueViolation
-from sqlalchemy import ColumnElement, and_, delete, exists, false, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    any_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    false,
+    func,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
@@ -47,13 +61,22 @@ from storage.tables import BackfillQueueRow, OutcomeRow, QuestionRow, RewardRow,
 ApplicableRewards = Mapping[QuestionKind, Sequence[str]]
 """Question kind → the names of the reward functions that score it."""
 
-_NO_TOKENS = {
+NOT_READ: dict[str, Any] = {
     "prompt_token_ids": b"",
     "completion_token_ids": b"",
     "loss_mask": b"",
     "behaviour_logprobs": b"",
+    "idempotency_key": "",
+    "group_id": "",
+    "n_completion_tokens": 0,
+    "sampling": {},
+    "timings": {},
+    "as_of": None,
+    "created_at": None,
 }
-_ANSWER_COLUMNS = [c for c in RolloutRow.__table__.columns if c.name not in _NO_TOKENS]
+"""Rollout columns `rollout_answers` does not load, with the value it stands in for each: the
+trajectory itself and the circumstances of its sampling, which no reward reads."""
+_ANSWER_COLUMNS = [c for c in RolloutRow.__table__.columns if c.name not in NOT_READ]
 
 _REWARD_COLUMNS = (
     "rollout_id",
@@ -87,31 +110,44 @@ def _missing_reward(
     applicable: ApplicableRewards, rollout_id: Any, revision: Any
 ) -> ColumnElement[bool]:
     """Some reward function that applies to the question's kind has no reward for
-    (rollout, revision). Needs QuestionRow in the FROM clause."""
-    per_kind = []
-    for kind, fns in applicable.items():
-        if not fns:
-            continue
-        absent = [
-            ~exists().where(
-                RewardRow.rollout_id == rollout_id,
-                RewardRow.reward_fn == fn,
-                RewardRow.outcome_revision == revision,
-            )
-            for fn in fns
-        ]
-        per_kind.append(and_(QuestionRow.kind == str(kind), or_(*absent)))
-    return or_(*per_kind) if per_kind else false()
+    (rollout, revision). Needs QuestionRow in the FROM clause.
+
+    Written as a correlated count (an index probe per candidate rollout) compared with the
+    number of functions of the kind: NOT EXISTS under an OR lets Postgres hash the whole
+    reward table instead."""
+    pairs = [(str(kind), fn) for kind, fns in applicable.items() for fn in fns]
+    if not pairs:
+        return false()
+    have = (
+        select(func.count())
+        .select_from(RewardRow)
+        .where(
+            RewardRow.rollout_id == rollout_id,
+            RewardRow.outcome_revision == revision,
+            tuple_(QuestionRow.kind, RewardRow.reward_fn).in_(pairs),
+        )
+        .scalar_subquery()
+    )
+    wanted = case(
+        {str(kind): len(fns) for kind, fns in applicable.items()},
+        value=QuestionRow.kind,
+        else_=0,
+    )
+    return have < wanted
 
 
 def rollouts_pending_rewards(session: Session, applicable: ApplicableRewards) -> list[PendingScore]:
-    """Queued rollouts whose question's current outcome is resolved and which lack a reward
-    of a function in `applicable[question kind]` for that revision, by rollout id."""
+    """Queued rollouts whose question's current outcome is resolved (at a revision no older
+    than the queued one) and which lack a reward of a function in `applicable[question
+    kind]` for that revision, by rollout id."""
     queue, outcome = BackfillQueueRow, OutcomeRow
     statement = (
         select(queue.rollout_id, queue.question_id, outcome.revision)
-        .distinct()
-        .join(outcome, outcome.question_id == queue.question_id)
+        .join(
+            outcome,
+            (outcome.question_id == queue.question_id)
+            & (outcome.revision >= queue.outcome_revision),
+        )
         .join(QuestionRow, QuestionRow.id == queue.question_id)
         .where(
             outcome.status == str(OutcomeStatus.RESOLVED),
@@ -120,7 +156,8 @@ def rollouts_pending_rewards(session: Session, applicable: ApplicableRewards) ->
         )
         .order_by(queue.rollout_id)
     )
-    return [PendingScore(r, q, rev) for r, q, rev in session.execute(statement).all()]
+    rows = session.connection().execute(statement).all()
+    return [PendingScore(r, q, rev) for r, q, rev in rows]
 
 
 def rollouts_missing_rewards(session: Session, applicable: ApplicableRewards) -> list[PendingScore]:
@@ -138,7 +175,8 @@ def rollouts_missing_rewards(session: Session, applicable: ApplicableRewards) ->
         )
         .order_by(RolloutRow.id)
     )
-    return [PendingScore(r, q, rev) for r, q, rev in session.execute(statement).all()]
+    rows = session.connection().execute(statement).all()
+    return [PendingScore(r, q, rev) for r, q, rev in rows]
 
 
 def queue_rollouts(session: Session, pending: Iterable[PendingScore]) -> int:
@@ -164,15 +202,18 @@ def queue_rollouts(session: Session, pending: Iterable[PendingScore]) -> int:
 
 
 def rollout_answers(session: Session, rollout_ids: Sequence[int]) -> dict[int, Trajectory]:
-    """rollout id → the rollout as a Trajectory without its token arrays and turns (what the
-    reward functions score), built by the same `trajectory_from_row` as a full load."""
+    """rollout id → the rollout as a Trajectory without what no reward reads (`NOT_READ`:
+    tokens, turns, sampling, timings, times), built by the same `trajectory_from_row` as a
+    full load, so a new answer column is loaded here too."""
     if not rollout_ids:
         return {}
-    rows = session.execute(
-        select(*_ANSWER_COLUMNS).where(RolloutRow.id.in_(list(rollout_ids)))
-    ).mappings()
+    rows = (
+        session.connection()
+        .execute(select(*_ANSWER_COLUMNS).where(_among(session, RolloutRow.id, rollout_ids)))
+        .mappings()
+    )
     return {
-        row["id"]: trajectory_from_row(cast(RolloutRow, SimpleNamespace(**row, **_NO_TOKENS)))
+        row["id"]: trajectory_from_row(cast(RolloutRow, SimpleNamespace(**row, **NOT_READ)))
         for row in rows
     }
 
@@ -246,77 +287,64 @@ def _copy_rewards(session: Session, rewards: Sequence[Reward]) -> int:
         return cursor.rowcount
 
 
-def settle_backfill_queue(
-    session: Session, applicable: ApplicableRewards, rollout_ids: Sequence[int]
-) -> int:
-    """Delete the queue rows of these rollouts that need nothing more: each rollout has every
-    applicable reward at its question's current (resolved) revision, and the row's revision
-    is not newer. Returns the rows deleted."""
-    if not rollout_ids:
-        return 0
-    queue, outcome = BackfillQueueRow, OutcomeRow
-    done = (
-        select(queue.rollout_id)
-        .join(outcome, outcome.question_id == queue.question_id)
-        .join(QuestionRow, QuestionRow.id == queue.question_id)
-        .where(
-            queue.rollout_id.in_(list(rollout_ids)),
-            outcome.status == str(OutcomeStatus.RESOLVED),
-            _is_current(outcome),
-            outcome.revision >= queue.outcome_revision,
-            ~_missing_reward(applicable, queue.rollout_id, outcome.revision),
-        )
-    )
-    return _delete_queued(session, done)
-
-
-def _delete_queued(session: Session, rows: Any) -> int:
-    """Delete the queue rows that `rows` (a select of rollout_id, outcome_revision over the
-    queue) names."""
-    keys = session.execute(rows.add_columns(BackfillQueueRow.outcome_revision)).all()
-    deleted = 0
+def settle_backfill_queue(session: Session, scored: Iterable[PendingScore]) -> int:
+    """Dequeue rollouts just given every applicable reward at `outcome_revision`: a rollout
+    queued meanwhile at a newer revision stays. Returns the rollouts dequeued."""
     by_revision: dict[int, list[int]] = {}
-    for rollout_id, revision in keys:
-        by_revision.setdefault(revision, []).append(rollout_id)
+    for item in scored:
+        by_revision.setdefault(item.outcome_revision, []).append(item.rollout_id)
+    dequeued = 0
     for revision, ids in by_revision.items():
-        for start in range(0, len(ids), 5000):
-            result = session.execute(
+        for chunk in _chunks(ids):
+            result = session.connection().execute(
                 delete(BackfillQueueRow).where(
-                    BackfillQueueRow.outcome_revision == revision,
-                    BackfillQueueRow.rollout_id.in_(ids[start : start + 5000]),
+                    _among(session, BackfillQueueRow.rollout_id, chunk),
+                    BackfillQueueRow.outcome_revision <= revision,
                 )
             )
-            deleted += int(result.rowcount or 0)
-    return deleted
+            dequeued += int(result.rowcount or 0)
+    return dequeued
 
 
 def void_annulled_rewards(session: Session) -> int:
     """Void every unvoided reward of the queued rollouts whose question's current outcome is
-    annulled, and settle their queue rows. Returns the rewards voided."""
+    annulled, and dequeue them. Returns the rewards voided."""
     queue, outcome = BackfillQueueRow, OutcomeRow
-    annulled = (
-        select(queue.rollout_id)
-        .join(outcome, outcome.question_id == queue.question_id)
-        .where(
-            outcome.status == str(OutcomeStatus.ANNULLED),
-            _is_current(outcome),
-            outcome.revision >= queue.outcome_revision,
-        )
-    )
-    rollout_ids = sorted(set(session.scalars(annulled)))
-    voided = 0
-    for start in range(0, len(rollout_ids), 5000):
-        result = session.execute(
-            update(RewardRow)
-            .where(
-                RewardRow.rollout_id.in_(rollout_ids[start : start + 5000]),
-                RewardRow.voided.is_(False),
+    annulled = [
+        PendingScore(r, q, rev)
+        for r, q, rev in session.connection().execute(
+            select(queue.rollout_id, queue.question_id, outcome.revision)
+            .join(
+                outcome,
+                (outcome.question_id == queue.question_id)
+                & (outcome.revision >= queue.outcome_revision),
             )
+            .where(outcome.status == str(OutcomeStatus.ANNULLED), _is_current(outcome))
+        )
+    ]
+    voided = 0
+    for chunk in _chunks([a.rollout_id for a in annulled]):
+        result = session.connection().execute(
+            update(RewardRow)
+            .where(_among(session, RewardRow.rollout_id, chunk), RewardRow.voided.is_(False))
             .values(voided=True)
         )
         voided += int(result.rowcount or 0)
-    _delete_queued(session, annulled)
+    settle_backfill_queue(session, annulled)
     return voided
+
+
+def _chunks(ids: Sequence[int], size: int = 20_000) -> Iterator[Sequence[int]]:
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
+def _among(session: Session, column: Any, ids: Sequence[int]) -> ColumnElement[bool]:
+    """`column IN ids`: one array parameter on Postgres (`= ANY(:ids)`), where an IN list
+    would be as many parameters as ids."""
+    if dialect(session) == "postgresql":
+        return column == any_(bindparam("ids", list(ids), type_=ARRAY(Integer)))
+    return column.in_(list(ids))
 
 
 def current_rewards(

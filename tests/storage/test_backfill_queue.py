@@ -147,7 +147,7 @@ def test_pending_query_is_correct_for_every_question_kind(engine) -> None:
 
         insert_rewards(session, _rewards_for(remaining, kinds))
         assert _agree(session) == []
-        assert settle_backfill_queue(session, APPLICABLE, [p.rollout_id for p in pending]) == 36
+        assert settle_backfill_queue(session, pending) == 18
         assert session.scalars(select(BackfillQueueRow)).all() == []
 
 
@@ -158,7 +158,7 @@ def test_a_new_revision_and_a_late_rollout_are_the_only_pending_work(engine) -> 
         record_outcomes(session, [_outcome(q, _resolution(q)) for q in questions])
         scored = _agree(session)
         insert_rewards(session, _rewards_for(scored, kinds))
-        settle_backfill_queue(session, APPLICABLE, [p.rollout_id for p in scored])
+        settle_backfill_queue(session, scored)
         assert _agree(session) == []
 
         # The choice question is re-resolved: its rollouts are pending at revision 2.
@@ -237,3 +237,49 @@ def test_migration_0003_queues_what_an_existing_database_left_unscored(db_url: s
         pending = _agree(session)
         assert {(p.question_id, p.outcome_revision) for p in pending} == {(binary.id, 2)}
     engine.dispose()
+
+
+def test_a_revision_stored_while_scoring_keeps_the_rollout_queued(engine) -> None:
+    with session_scope(engine) as session:
+        questions, _ = _world(session, per_kind=1, samples=2)
+        kinds = {q.id: q.kind for q in questions}
+        binary = questions[0]
+        record_outcomes(session, [_outcome(binary, 1.0)])
+        scoring = _agree(session)  # a backfill read this …
+        record_outcomes(session, [_outcome(binary, 0.0)])  # … then revision 2 arrived
+        insert_rewards(session, _rewards_for(scoring, kinds))
+        assert settle_backfill_queue(session, scoring) == 0
+        pending = _agree(session)
+        assert [(p.rollout_id, p.outcome_revision) for p in pending] == [
+            (p.rollout_id, 2) for p in scoring
+        ]
+
+
+def test_rollout_answers_are_the_trajectory_but_its_tokens_and_circumstances(engine) -> None:
+    from dataclasses import fields
+
+    from storage.repositories.rewards import rollout_answers
+    from storage.repositories.rollouts import load_trajectories
+
+    not_read = {
+        "prompt_token_ids",
+        "completion_token_ids",
+        "loss_mask",
+        "behaviour_logprobs",
+        "turns",
+        "sampling",
+        "timings",
+        "created_at",
+        "as_of",
+    }
+    with session_scope(engine) as session:
+        _world(session, per_kind=1, samples=2)
+        ids = list(session.scalars(select(BackfillQueueRow.rollout_id)))
+        full = load_trajectories(session, ids)
+        answers = rollout_answers(session, ids)
+    assert len(full) == len(answers) == 6
+    assert any(t.choice is not None for t in full) and any(t.quantiles for t in full)
+    for trajectory in full:
+        answer = answers[trajectory.id]
+        for name in {f.name for f in fields(Trajectory)} - not_read:
+            assert getattr(answer, name) == getattr(trajectory, name), name

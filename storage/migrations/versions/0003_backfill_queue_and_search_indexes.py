@@ -1,12 +1,16 @@
 """backfill_queue: what backfill has left to score, kept by triggers, so a run costs what
 arrived since the last one and not the whole resolved history
 
-A row is queued for every stored rollout (outcome revision 0) and, when an outcome revision is
-stored, for every rollout of its question (that revision). Triggers fill the queue whatever
+A rollout is queued when it is stored (outcome revision 0) and, when an outcome revision is
+stored, every rollout of its question is queued at that revision (a queued rollout's revision
+is raised, one row per rollout). Triggers fill the queue whatever
 writes the rows (COPY, INSERT … ON CONFLICT, the ORM), in the writer's own transaction, so a
 queued row is visible exactly when the rollout or outcome it stands for is. Postgres uses
 statement-level triggers over transition tables (one INSERT … SELECT per COPY); SQLite uses
 row triggers.
+
+The reward table loses its index on rollout_id alone: the unique (rollout_id, reward_fn,
+outcome_revision) index serves the same lookups, and every reward written paid for both.
 
 On upgrade the queue is seeded with every existing rollout that has no reward at its
 question's current outcome revision (or no outcome yet): backfill writes a rollout's rewards
@@ -48,7 +52,8 @@ _POSTGRES_TRIGGERS = (
         INSERT INTO backfill_queue (rollout_id, outcome_revision, question_id)
         SELECT r.id, o.revision, r.question_id
         FROM inserted_outcomes o JOIN rollout r ON r.question_id = o.question_id
-        ON CONFLICT DO NOTHING;
+        ON CONFLICT (rollout_id) DO UPDATE SET outcome_revision =
+            greatest(backfill_queue.outcome_revision, excluded.outcome_revision);
         RETURN NULL;
     END $$
     """,
@@ -68,8 +73,10 @@ _SQLITE_TRIGGERS = (
     """,
     """
     CREATE TRIGGER outcome_backfill_queue AFTER INSERT ON outcome BEGIN
-        INSERT OR IGNORE INTO backfill_queue (rollout_id, outcome_revision, question_id)
-        SELECT id, new.revision, question_id FROM rollout WHERE question_id = new.question_id;
+        INSERT INTO backfill_queue (rollout_id, outcome_revision, question_id)
+        SELECT id, new.revision, question_id FROM rollout WHERE question_id = new.question_id
+        ON CONFLICT (rollout_id) DO UPDATE SET outcome_revision =
+            max(backfill_queue.outcome_revision, excluded.outcome_revision);
     END
     """,
 )
@@ -94,16 +101,29 @@ def upgrade() -> None:
         sa.Column("outcome_revision", sa.Integer(), nullable=False),
         sa.Column("question_id", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(["rollout_id"], ["rollout.id"], ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("rollout_id", "outcome_revision"),
+        sa.PrimaryKeyConstraint("rollout_id"),
     )
     op.create_index("ix_backfill_queue_question_id", "backfill_queue", ["question_id"])
     postgres = op.get_bind().dialect.name == "postgresql"
     for statement in _POSTGRES_TRIGGERS if postgres else _SQLITE_TRIGGERS:
         op.execute(statement)
+    if postgres:
+        # A queue: every row is deleted soon after it is written. Vacuum it after every
+        # 10,000 dead rows, not after 20% of its (small) size, so scans skip no dead tuples.
+        op.execute(
+            "ALTER TABLE backfill_queue SET (autovacuum_vacuum_scale_factor = 0, "
+            "autovacuum_vacuum_threshold = 10000, autovacuum_analyze_scale_factor = 0, "
+            "autovacuum_analyze_threshold = 10000)"
+        )
     op.execute(_SEED)
+    # uq_reward_once (rollout_id, reward_fn, outcome_revision) serves lookups by rollout.
+    with op.batch_alter_table("reward") as batch:
+        batch.drop_index("ix_reward_rollout_id")
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("reward") as batch:
+        batch.create_index("ix_reward_rollout_id", ["rollout_id"], unique=False)
     postgres = op.get_bind().dialect.name == "postgresql"
     op.execute("DROP TRIGGER IF EXISTS rollout_backfill_queue" + (" ON rollout" * postgres))
     op.execute("DROP TRIGGER IF EXISTS outcome_backfill_queue" + (" ON outcome" * postgres))
