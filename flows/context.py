@@ -23,14 +23,14 @@ from flows.settings import Settings, parse_as_of
 from futureworld.baselines import Baseline
 from futureworld.domain import Agent, BackendKind, PolicyVersion
 from futureworld.policy.base import PolicyBackend, SamplingParams, is_lora_adapter
-from futureworld.policy.loading import BackendSpec, load_backend
 from futureworld.sources.http import HttpConfig
 from futureworld.sources.platforms import SourceName
 from futureworld.sources.question_judge import Complete
 from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent, get_agent, latest_policy_version
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and transformers load when a backend is built, not at start-up
+    from futureworld.policy.loading import BackendSpec
     from storage.search import ArticleCorpus
 
 
@@ -121,6 +121,8 @@ class PipelineContext:
         """How to sample one policy version. A LoRA adapter is served over the agent's base
         model; a full checkpoint is its own model directory, which the HTTP backend cannot
         load (a vLLM server serves adapters next to the base weights it was started with)."""
+        from futureworld.policy.loading import BackendSpec
+
         checkpoint = Path(version.checkpoint_path)
         adapter = checkpoint if is_lora_adapter(checkpoint) else None
         if agent.backend is BackendKind.LOCAL:
@@ -145,6 +147,8 @@ class PipelineContext:
         )
 
     def backend(self, agent: Agent, version: PolicyVersion) -> PolicyBackend:
+        from futureworld.policy.loading import load_backend
+
         return load_backend(self.backend_spec(agent, version))
 
     def tokenizer(self, agent: Agent, version: PolicyVersion) -> Any:

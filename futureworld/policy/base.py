@@ -12,9 +12,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from transformers import PreTrainedTokenizerBase
+if TYPE_CHECKING:  # transformers loads with a backend, not with the types
+    from transformers import PreTrainedTokenizerBase
 
-if TYPE_CHECKING:
     from futureworld.policy.streaming import GenerationStream
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
