@@ -2,6 +2,15 @@
 (ranked with ts_rank_cd) or SQLite FTS5 (ranked with bm25), behind one interface.
 
 Nothing published after `as_of` is ever returned: the filter is part of every query.
+
+Decision (Postgres): a search ranks the RANKED_WINDOW newest matches before the cut-off, not
+every match. Ranking every match costs a heap visit and a ts_rank_cd per match, and a query
+with a frequent word matches a large share of a million-article corpus (hundreds of ms); the
+newest matches come from a backward scan of the (published_at, id) index that stops after
+RANKED_WINDOW hits, or, for rare words, from the GIN index (migration 0003 gives the planner
+the statistics to choose). For a forecaster the news nearest the cut-off is the most
+informative, so the window costs little relevance. SQLite's FTS5 ranks every match with bm25
+(its corpora are smaller; benchmarks/search_latency.py measures both).
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ from storage.repositories.articles import article_from_row
 from storage.tables import ArticleRow
 from storage.types import UTCDateTime
 
+RANKED_WINDOW = 50
+"""Postgres ranks the most recent RANKED_WINDOW matches before the cut-off, not every match."""
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _MAX_TERMS = 16
 # Bound through the column type so SQLite compares its stored (naive UTC) format exactly.
@@ -65,12 +76,15 @@ class ArticleCorpus:
         tsquery = " | ".join(terms)
         rows = session.execute(
             text(
-                "SELECT id FROM article, to_tsquery('english', :q) AS q "
-                "WHERE search_vector @@ q AND published_at <= :as_of "
-                "ORDER BY ts_rank_cd(search_vector, q) DESC, published_at DESC, id DESC "
-                "LIMIT :k"
+                "SELECT id FROM ("
+                "  SELECT id, published_at, search_vector FROM article"
+                "  WHERE search_vector @@ to_tsquery('english', :q) AND published_at <= :as_of"
+                "  ORDER BY published_at DESC, id DESC LIMIT :window"
+                ") AS recent "
+                "ORDER BY ts_rank_cd(search_vector, to_tsquery('english', :q)) DESC, "
+                "published_at DESC, id DESC LIMIT :k"
             ).bindparams(_AS_OF),
-            {"q": tsquery, "as_of": as_of, "k": k},
+            {"q": tsquery, "as_of": as_of, "k": k, "window": max(k, RANKED_WINDOW)},
         ).all()
         return [r[0] for r in rows]
 

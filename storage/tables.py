@@ -61,6 +61,8 @@ class ArticleRow(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("guid", name="uq_article_guid"),
         UniqueConstraint("link", name="uq_article_link"),
+        # Newest-first scans as of a cut-off, ties broken by id (storage.search).
+        Index("ix_article_published_at_id", "published_at", "id"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -70,7 +72,7 @@ class ArticleRow(SQLModel, table=True):
     title: str = _text()
     summary: str = _text()
     body: str = _text()
-    published_at: datetime = _utc(index=True)
+    published_at: datetime = _utc()
     fetched_at: datetime = _utc()
     flags: list[str] = Field(default_factory=list, sa_column=Column(JSONType, nullable=False))
 
