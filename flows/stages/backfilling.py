@@ -12,12 +12,15 @@ parse status), not its token arrays or turns, which they do not read. A question
 outcome a reward function rejects (a binary question resolved to 0.5) is reported in
 `errors` and as a pipeline event; its rollouts stay queued and the rest of the batch goes on.
 Each batch of `batch_size` rollouts is its own transaction, so a crash keeps what was scored.
+With `revealed_by` (a backtest's clock) only outcomes resolved by then are scored or voided;
+the rest stay queued for a later day.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from flows.context import PipelineContext
 from flows.stages.problems import Problems
@@ -50,7 +53,9 @@ def reward_functions_by_kind() -> ApplicableRewards:
     return {kind: [str(fn) for fn in rewards_for_kind(kind)] for kind in QuestionKind}
 
 
-def backfill_rewards(ctx: PipelineContext, *, batch_size: int = 5000) -> BackfillReport:
+def backfill_rewards(
+    ctx: PipelineContext, *, batch_size: int = 5000, revealed_by: datetime | None = None
+) -> BackfillReport:
     """Score every queued rollout whose question has an outcome revision it lacks rewards
     for, with every reward function that applies to its kind; void the rewards of annulled
     questions."""
@@ -59,7 +64,7 @@ def backfill_rewards(ctx: PipelineContext, *, batch_size: int = 5000) -> Backfil
     report = BackfillReport()
     problems = Problems(ctx.run_key, "backfill")
     with session_scope(engine) as session:
-        pending = rollouts_pending_rewards(session, applicable)
+        pending = rollouts_pending_rewards(session, applicable, as_of=revealed_by)
     questions: dict[int, Question] = {}
     for start in range(0, len(pending), batch_size):
         chunk = pending[start : start + batch_size]
@@ -75,7 +80,7 @@ def backfill_rewards(ctx: PipelineContext, *, batch_size: int = 5000) -> Backfil
             report.rollouts_scored += len(scored)
             settle_backfill_queue(session, scored)
     with session_scope(engine) as session:
-        report.rewards_voided = void_annulled_rewards(session)
+        report.rewards_voided = void_annulled_rewards(session, as_of=revealed_by)
     if problems.events:
         report.errors = problems.lines
         problems.save(engine)

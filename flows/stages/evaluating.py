@@ -6,12 +6,17 @@ Rollouts with unparseable answers are left out of the metrics (their reward says
 annulled questions and questions still open are left out too. Choice and numeric answers are
 read without token arrays (storage's rollout_answers); a choice rollout is scored from its
 stored probability vector (Trajectory.probabilities).
+
+As of an instant (`as_of`, a backtest's clock): only forecasts made by then and outcomes
+revealed by then (resolved_at <= as_of, the definition in storage.repositories.questions)
+count, so a past day's evaluation is what that day could have known.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from flows.context import PipelineContext
 from futureworld.baselines import base_rate
@@ -54,20 +59,30 @@ class Evaluation:
     numeric_rows: list[NumericScoreRow] = field(default_factory=list)
 
 
+def _made_by(forecast_as_of: datetime | None, as_of: datetime | None) -> bool:
+    return as_of is None or (forecast_as_of is not None and forecast_as_of <= as_of)
+
+
 def forecast_records(
-    ctx: PipelineContext, agent_names: Sequence[str] | None = None
+    ctx: PipelineContext,
+    agent_names: Sequence[str] | None = None,
+    *,
+    as_of: datetime | None = None,
 ) -> list[ForecastRecord]:
-    """One record per parsed binary rollout whose question has a current resolved outcome,
-    oldest first per agent; each carries the instant it was forecast at (`as_of`)."""
+    """One record per parsed binary rollout whose question has a current resolved outcome
+    (made and revealed by `as_of` when given), oldest first per agent; each carries the
+    instant it was forecast at (`as_of`)."""
     wanted = None if not agent_names else set(agent_names)
     with session_scope(ctx.engine) as session:
         agents = [a for a in list_agents(session) if wanted is None or a.name in wanted]
         questions = {q.id: q for q in list_questions(session) if q.kind is QuestionKind.BINARY}
-        outcomes = latest_outcomes(session)
-        history = resolved_history(session)
+        outcomes = latest_outcomes(session, as_of=as_of)
+        history = resolved_history(session, as_of=as_of)
         records: list[ForecastRecord] = []
         for agent in agents:
             for forecast in forecasts_of(session, agent.id):
+                if not _made_by(forecast.as_of, as_of):
+                    continue
                 question = questions.get(forecast.question_id)
                 outcome = outcomes.get(forecast.question_id)
                 if question is None or outcome is None or forecast.p_yes is None:
@@ -91,7 +106,10 @@ def forecast_records(
 
 
 def kind_records(
-    ctx: PipelineContext, agent_names: Sequence[str] | None = None
+    ctx: PipelineContext,
+    agent_names: Sequence[str] | None = None,
+    *,
+    as_of: datetime | None = None,
 ) -> tuple[list[ChoiceForecastRecord], list[NumericForecastRecord]]:
     """One record per parsed choice or numeric rollout whose question has a current resolved
     outcome, oldest first per agent (numeric ones on their question's unit axis)."""
@@ -102,14 +120,16 @@ def kind_records(
         questions = {q.id: q for q in list_questions(session) if q.kind is not QuestionKind.BINARY}
         outcomes = {
             qid: o
-            for qid, o in latest_outcomes(session).items()
+            for qid, o in latest_outcomes(session, as_of=as_of).items()
             if qid in questions and o.status is OutcomeStatus.RESOLVED
         }
         for agent in list_agents(session):
             if wanted is not None and agent.name not in wanted:
                 continue
             ids = [
-                f.rollout_id for f in forecasts_of(session, agent.id) if f.question_id in outcomes
+                f.rollout_id
+                for f in forecasts_of(session, agent.id)
+                if f.question_id in outcomes and _made_by(f.as_of, as_of)
             ]
             answers = rollout_answers(session, ids)
             for rollout_id in ids:
@@ -138,11 +158,16 @@ def _kind_record(
     return numeric_record(question, answer.quantiles, outcome.value, **common)
 
 
-def evaluate(ctx: PipelineContext, agent_names: Sequence[str] | None = None) -> Evaluation:
+def evaluate(
+    ctx: PipelineContext,
+    agent_names: Sequence[str] | None = None,
+    *,
+    as_of: datetime | None = None,
+) -> Evaluation:
     """Score every agent and policy version side by side, per source and overall, with one
-    table per question kind."""
-    records = forecast_records(ctx, agent_names)
-    choice, numeric = kind_records(ctx, agent_names)
+    table per question kind; with `as_of`, as that instant could have known."""
+    records = forecast_records(ctx, agent_names, as_of=as_of)
+    choice, numeric = kind_records(ctx, agent_names, as_of=as_of)
     return Evaluation(
         records=records,
         rows=score_forecasts(records),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -219,8 +220,10 @@ def replay_and_train(
     options: TrainOptions,
     *,
     resume_from: Path | None = None,
+    revealed_by: datetime | None = None,
 ) -> TrainReport | None:
     """Train `agent_name`'s newest policy on its completed, unconsumed groups (oldest first).
+    With `revealed_by` (a backtest's clock), only outcomes resolved by then are trained on.
 
     Returns None, changing nothing, when fewer than `options.min_groups` groups are ready.
     The AdamW state of the newest version carries over when it was an RL update of the same
@@ -242,6 +245,7 @@ def replay_and_train(
             current_version=parent.version,
             max_groups=options.max_groups,
             reuse=options.reuse,
+            as_of=revealed_by,
         )
     if len(batch.groups) < max(options.min_groups, 1):
         return None

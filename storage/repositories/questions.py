@@ -1,5 +1,15 @@
 """Questions and their outcome revisions: idempotent upserts keyed by (source, external_id)
-and (question, revision)."""
+and (question, revision), and the one definition of time shared by predict, backtest,
+evaluation and replay.
+
+Time (ARCHITECTURE §7): an outcome revision is *revealed* at T when its resolved_at <= T. A
+question is *open* at T when it was posed by T (created_at <= T and info_cutoff_at <= T), has
+not closed before T (close_at is None or > T), and has no revealed outcome revision. Its
+*current outcome as of T* is its highest revealed revision. Without a T (`as_of=None`) every
+stored revision counts, which is what live operation sees. The stored `status` column is a
+convenience for live listings; openness never reads it, so a question imported together
+with its resolution can still be forecast as of a date before that resolution.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Subquery, func, or_, select, update
+from sqlalchemy import ColumnElement, Subquery, exists, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from futureworld.domain import (
@@ -123,13 +133,31 @@ def list_questions(
     return [question_from_row(row) for row in session.scalars(statement)]
 
 
+def revealed_by(as_of: datetime | None) -> ColumnElement[bool] | None:
+    """The condition "this outcome revision is known at `as_of`" (None: every revision)."""
+    return None if as_of is None else OutcomeRow.resolved_at <= as_of
+
+
+def is_open_at(as_of: datetime) -> ColumnElement[bool]:
+    """The one definition of "open at `as_of`" as a condition on QuestionRow (see the module
+    docstring); predict, backtest and every as-of query use it."""
+    revealed = exists().where(
+        OutcomeRow.question_id == QuestionRow.id, OutcomeRow.resolved_at <= as_of
+    )
+    return (
+        (QuestionRow.created_at <= as_of)
+        & (QuestionRow.info_cutoff_at <= as_of)
+        & or_(QuestionRow.close_at.is_(None), QuestionRow.close_at > as_of)
+        & ~revealed
+    )
+
+
 def open_questions_at(session: Session, as_of: datetime) -> list[Question]:
-    """Questions still open whose cut-off has passed and that have not closed by `as_of`."""
+    """Questions open at `as_of`: posed by then, not closed before it, no outcome revealed by
+    it (whatever their stored status says), oldest cut-off first."""
     statement = (
         select(QuestionRow)
-        .where(QuestionRow.status == str(QuestionStatus.OPEN))
-        .where(QuestionRow.info_cutoff_at <= as_of)
-        .where(or_(QuestionRow.close_at.is_(None), QuestionRow.close_at > as_of))
+        .where(is_open_at(as_of))
         .order_by(QuestionRow.info_cutoff_at, QuestionRow.id)
     )
     return [question_from_row(row) for row in session.scalars(statement)]
@@ -163,14 +191,14 @@ def outcome_from_row(row: OutcomeRow) -> Outcome:
     )
 
 
-def current_outcomes() -> Subquery:
-    """Each question's current outcome row (its highest revision), as a subquery: the one
-    definition of "current" that rewards, replay and evaluation all join against."""
-    latest = (
-        select(OutcomeRow.question_id, func.max(OutcomeRow.revision).label("revision"))
-        .group_by(OutcomeRow.question_id)
-        .subquery()
-    )
+def current_outcomes(as_of: datetime | None = None) -> Subquery:
+    """Each question's current outcome row (its highest revision revealed by `as_of`; every
+    revision when None), as a subquery: the one definition of "current" that rewards, replay
+    and evaluation all join against."""
+    latest = select(OutcomeRow.question_id, func.max(OutcomeRow.revision).label("revision"))
+    if (condition := revealed_by(as_of)) is not None:
+        latest = latest.where(condition)
+    latest = latest.group_by(OutcomeRow.question_id).subquery()
     return (
         select(OutcomeRow)
         .join(
@@ -183,20 +211,23 @@ def current_outcomes() -> Subquery:
 
 
 def latest_outcomes(
-    session: Session, question_ids: Sequence[int] | None = None
+    session: Session, question_ids: Sequence[int] | None = None, *, as_of: datetime | None = None
 ) -> dict[int, Outcome]:
-    """The current (highest) outcome revision of each question that has one."""
-    current = aliased(OutcomeRow, current_outcomes())
+    """The current outcome revision (highest, revealed by `as_of` when given) of each question
+    that has one."""
+    current = aliased(OutcomeRow, current_outcomes(as_of))
     statement = select(current)
     if question_ids is not None:
         statement = statement.where(current.question_id.in_(list(question_ids)))
     return {row.question_id: outcome_from_row(row) for row in session.scalars(statement)}
 
 
-def resolved_history(session: Session) -> list[tuple[str, datetime, float]]:
-    """(source, resolved_at, value) of every question currently resolved: what base rates
-    are computed from."""
-    current = current_outcomes()
+def resolved_history(
+    session: Session, *, as_of: datetime | None = None
+) -> list[tuple[str, datetime, float]]:
+    """(source, resolved_at, value) of every question currently resolved (as of `as_of` when
+    given): what base rates are computed from."""
+    current = current_outcomes(as_of)
     rows = session.execute(
         select(QuestionRow.source, current.c.resolved_at, current.c.value)
         .join(current, current.c.question_id == QuestionRow.id)

@@ -17,6 +17,8 @@ Decisions:
 - Rewards go in by COPY on Postgres when none of them exists yet (the common case: the queue
   names only unscored work); when one does, or a concurrent backfill races us to it, they go
   in by INSERT … ON CONFLICT DO NOTHING instead.
+- As of an instant (a backtest's clock), only outcome revisions revealed by then (resolved_at
+  <= the clock) are current: a queued rollout whose outcome resolves later stays queued.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -97,13 +100,18 @@ class PendingScore:
     outcome_revision: int
 
 
-def _is_current(outcome: type[OutcomeRow] | Any) -> ColumnElement[bool]:
-    """`outcome` is its question's highest revision (an index probe per row, where the
-    `current_outcomes` subquery would aggregate the whole outcome table)."""
+def _is_current(
+    outcome: type[OutcomeRow] | Any, as_of: datetime | None = None
+) -> ColumnElement[bool]:
+    """`outcome` is its question's highest revision, revealed by `as_of` when given (an index
+    probe per row, where the `current_outcomes` subquery would aggregate the outcome table)."""
     later = aliased(OutcomeRow)
-    return ~exists().where(
+    newer = exists().where(
         later.question_id == outcome.question_id, later.revision > outcome.revision
     )
+    if as_of is None:
+        return ~newer
+    return (outcome.resolved_at <= as_of) & ~newer.where(later.resolved_at <= as_of)
 
 
 def _missing_reward(
@@ -136,10 +144,12 @@ def _missing_reward(
     return have < wanted
 
 
-def rollouts_pending_rewards(session: Session, applicable: ApplicableRewards) -> list[PendingScore]:
-    """Queued rollouts whose question's current outcome is resolved (at a revision no older
-    than the queued one) and which lack a reward of a function in `applicable[question
-    kind]` for that revision, by rollout id."""
+def rollouts_pending_rewards(
+    session: Session, applicable: ApplicableRewards, *, as_of: datetime | None = None
+) -> list[PendingScore]:
+    """Queued rollouts whose question's current outcome (as of `as_of` when given) is resolved
+    (at a revision no older than the queued one) and which lack a reward of a function in
+    `applicable[question kind]` for that revision, by rollout id."""
     queue, outcome = BackfillQueueRow, OutcomeRow
     statement = (
         select(queue.rollout_id, queue.question_id, outcome.revision)
@@ -151,7 +161,7 @@ def rollouts_pending_rewards(session: Session, applicable: ApplicableRewards) ->
         .join(QuestionRow, QuestionRow.id == queue.question_id)
         .where(
             outcome.status == str(OutcomeStatus.RESOLVED),
-            _is_current(outcome),
+            _is_current(outcome, as_of),
             _missing_reward(applicable, queue.rollout_id, outcome.revision),
         )
         .order_by(queue.rollout_id)
@@ -306,9 +316,9 @@ def settle_backfill_queue(session: Session, scored: Iterable[PendingScore]) -> i
     return dequeued
 
 
-def void_annulled_rewards(session: Session) -> int:
-    """Void every unvoided reward of the queued rollouts whose question's current outcome is
-    annulled, and dequeue them. Returns the rewards voided."""
+def void_annulled_rewards(session: Session, *, as_of: datetime | None = None) -> int:
+    """Void every unvoided reward of the queued rollouts whose question's current outcome (as
+    of `as_of` when given) is annulled, and dequeue them. Returns the rewards voided."""
     queue, outcome = BackfillQueueRow, OutcomeRow
     annulled = [
         PendingScore(r, q, rev)
@@ -319,7 +329,7 @@ def void_annulled_rewards(session: Session) -> int:
                 (outcome.question_id == queue.question_id)
                 & (outcome.revision >= queue.outcome_revision),
             )
-            .where(outcome.status == str(OutcomeStatus.ANNULLED), _is_current(outcome))
+            .where(outcome.status == str(OutcomeStatus.ANNULLED), _is_current(outcome, as_of))
         )
     ]
     voided = 0

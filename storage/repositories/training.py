@@ -6,12 +6,17 @@ unvoided reward; consumption is recorded per (training run, rollout, outcome rev
 a lineage never trains twice on the same data by accident, while a re-resolved question
 (new revision) becomes trainable again. Replay is oldest first; staleness is never a reason
 to drop data (the trainer corrects for it).
+
+As of an instant (a backtest's clock), replay sees only outcome revisions revealed by then
+(resolved_at <= the clock, storage.repositories.questions): a group whose question resolves
+later is not trainable yet, and one re-resolved later is trained on its earlier revision.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import exists, func, select, update
@@ -47,15 +52,16 @@ def select_replay_batch(
     current_version: int,
     max_groups: int | None = None,
     reuse: bool = False,
+    as_of: datetime | None = None,
 ) -> ReplayBatch:
     """The agent's replayable groups, oldest first, as scored rollouts with their tokens.
 
     Each rollout carries the reward `reward_fn` gave it under its question's current outcome
     revision, and its staleness against `current_version`. Groups with fewer than
     MIN_GROUP_SIZE scored rollouts are counted, not returned; `max_groups` leaves the rest
-    for a later update.
+    for a later update. With `as_of`, only outcome revisions revealed by then count.
     """
-    current = current_outcomes()
+    current = current_outcomes(as_of)
     consumed = exists().where(
         ReplayConsumptionRow.agent_id == agent_id,
         ReplayConsumptionRow.rollout_id == RolloutRow.id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import func, select
@@ -125,3 +126,60 @@ def test_built_in_baselines_forecast_on_a_fresh_database_without_agent_add(tmp_p
     assert "crowd" in listed and "baseline" in listed
     result = CliRunner().invoke(app, ["predict", "--agent", "nobody", "--db", db_url])
     assert result.exit_code == 2 and "no agent named 'nobody'" in result.output
+
+
+def crowd_brier_by_source_from_raw() -> dict[str | None, tuple[int, float]]:
+    """Per market source (None: all markets), straight from the JSON: (n, crowd Brier)."""
+    questions = json.loads(QUESTIONS.read_text())["questions"]
+    resolutions = json.loads(RESOLUTIONS.read_text())["resolutions"]
+    freeze = {
+        (q["source"], q["id"]): float(q["freeze_datetime_value"])
+        for q in questions
+        if q["resolution_dates"] == "N/A"
+    }
+    errors: dict[str | None, list[float]] = {}
+    for r in resolutions:
+        if r["resolved"] and (r["source"], r["id"]) in freeze:
+            error = (freeze[(r["source"], r["id"])] - r["resolved_to"]) ** 2
+            errors.setdefault(r["source"], []).append(error)
+            errors.setdefault(None, []).append(error)
+    return {source: (len(e), sum(e) / len(e)) for source, e in errors.items()}
+
+
+def test_questions_imported_with_their_resolutions_are_open_before_them(
+    engine, db_url: str, tmp_path
+) -> None:
+    """The new user's order: import the set with its resolutions, then forecast as of the due
+    date, backfill and evaluate; the crowd's Brier per source is the raw files' own."""
+    cli(
+        "import", "forecastbench", str(QUESTIONS), "--resolutions", str(RESOLUTIONS), "--db", db_url
+    )
+    out = cli("predict", "--agent", "crowd", "--as-of", "2025-10-26", "--db", db_url)
+    assert "2246 rollouts" in out
+    cli("backfill", "--db", db_url)
+    report = tmp_path / "scores.json"
+    cli("evaluate", "--json", str(report), "--db", db_url)
+    rows = {r["source"]: r for r in json.loads(report.read_text())["rows"] if r["agent"] == "crowd"}
+    expected = crowd_brier_by_source_from_raw()
+    for upstream, published_n, published_brier in (
+        ("manifold", 23, 0.0362),
+        ("polymarket", 71, 0.0206),
+        (None, 112, 0.0435),
+    ):
+        source = None if upstream is None else f"forecastbench:{upstream}"
+        n, brier = expected[upstream]
+        assert (n, round(brier, 4)) == (published_n, published_brier)
+        assert rows[source]["n"] == n
+        assert math.isclose(rows[source]["brier"], brier, rel_tol=1e-9)
+
+    # As of a day after the first resolutions, those questions are no longer open, nor are
+    # markets closed by then: a new forecaster (uniform) gets every other question.
+    day = datetime(2025, 11, 1, tzinfo=UTC)
+    out = cli("predict", "--agent", "uniform", "--as-of", day.isoformat(), "--db", db_url)
+    with session_scope(engine) as session:
+        resolved_by = set(
+            session.scalars(select(OutcomeRow.question_id).where(OutcomeRow.resolved_at <= day))
+        )
+        closed_by = set(session.scalars(select(QuestionRow.id).where(QuestionRow.close_at <= day)))
+    assert resolved_by and closed_by - resolved_by
+    assert f"{2246 - len(resolved_by | closed_by)} rollouts" in out
