@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from flows.cli.common import DbOption, UserError, cli_context, console
+from flows.cli.common import DbOption, RunFailure, UserError, cli_context, console
 from futureworld.domain import Agent, BackendKind, GenerationSettings
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
@@ -32,14 +33,16 @@ def import_forecastbench(
     question_set: Annotated[
         Path,
         typer.Argument(
-            help="ForecastBench question set JSON.", exists=True, dir_okay=False, readable=True
+            help="ForecastBench question set JSON, or a folder of question and resolution sets.",
+            exists=True,
+            readable=True,
         ),
     ],
     resolutions: Annotated[
         Path | None,
         typer.Option(
             "--resolutions",
-            help="Matching resolution set JSON.",
+            help="Matching resolution set JSON (with a single question set).",
             exists=True,
             dir_okay=False,
             readable=True,
@@ -47,22 +50,39 @@ def import_forecastbench(
     ] = None,
     db: DbOption = None,
 ) -> None:
-    """Import a ForecastBench question set (data: CC BY-SA 4.0, Forecasting Research Institute)."""
+    """Import a ForecastBench question set, or every round in a folder (data: CC BY-SA 4.0,
+    Forecasting Research Institute)."""
     from flows.stages.importing import import_forecastbench as run_import
+    from flows.stages.importing import import_forecastbench_folder
     from futureworld.sources.forecastbench import ForecastBenchFormatError
 
+    if question_set.is_dir() and resolutions is not None:
+        raise UserError(
+            f"--resolutions with the folder {question_set}: put the resolution sets in the folder"
+        )
     with cli_context(db) as ctx:
         try:
-            report = run_import(ctx, question_set, resolutions)
+            if question_set.is_dir():
+                history = import_forecastbench_folder(ctx, question_set)
+                reports = [(f"round {files.due}: ", r) for files, r in history.rounds]
+                errors = history.errors
+            else:
+                reports = [("", run_import(ctx, question_set, resolutions))]
+                errors = []
         except ForecastBenchFormatError as error:
             raise UserError(f"import failed: {error}") from None
-    console.print(
-        f"questions: {report.questions_inserted} new, {report.questions_existing} already stored; "
-        f"outcomes recorded: {report.outcomes_recorded} (annulled {report.annulled}); "
-        f"open: {report.still_open}"
-    )
-    for reason, count in sorted(report.skipped.items()):
-        console.print(f"skipped {count}: {reason}")
+    for label, report in reports:
+        console.print(
+            f"{label}questions: {report.questions_inserted} new, {report.questions_existing} "
+            f"already stored; outcomes recorded: {report.outcomes_recorded} "
+            f"(annulled {report.annulled}); open: {report.still_open}"
+        )
+        for reason, count in sorted(report.skipped.items()):
+            console.print(f"skipped {count}: {reason}")
+    for error in errors:
+        console.print(f"[yellow]problem:[/yellow] {escape(error)}", soft_wrap=True)
+    if errors and not reports:
+        raise RunFailure(f"import failed: no round imported (first problem: {errors[0]})")
 
 
 @agent_app.command("add")

@@ -1,12 +1,22 @@
-"""Import a ForecastBench question set (and optionally its resolution set) into the store.
+"""Import ForecastBench question sets (and their resolution sets) into the store: one round,
+or a folder of rounds.
 
-Both files are parsed completely before anything is written, and each file is written in one
-transaction, so a bad file leaves nothing half-written. Re-importing changes nothing; an
-updated resolution set whose value changed adds a new outcome revision.
+Both files of a round are parsed completely before anything is written, and each file is
+written in one transaction, so a bad file leaves nothing half-written. Re-importing changes
+nothing; an updated resolution set whose value changed adds a new outcome revision.
+
+A folder holds question sets (`{"questions": …}`) and resolution sets (`{"resolutions":
+…}`) under any names (upstream: `YYYY-MM-DD-llm.json`, `YYYY-MM-DD_resolution_set.json`);
+each resolution set is paired with the question set whose `question_set` name it carries.
+Rounds are imported oldest due date first. A round that fails (a bad file, a resolution set of
+no question set in the folder) is reported by name and the other rounds still import. A
+market question posed in several rounds becomes one question per round, with that round's
+cut-off and crowd value (futureworld.sources.forecastbench).
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,3 +96,92 @@ def import_forecastbench(
         still_open=len(questions.questions) - len(matches),
         skipped=skipped,
     )
+
+
+@dataclass(frozen=True)
+class RoundFiles:
+    due: str
+    """The round's forecast due date (YYYY-MM-DD), from the question set."""
+    question_set: Path
+    resolution_set: Path | None
+
+
+@dataclass(frozen=True)
+class HistoryReport:
+    rounds: list[tuple[RoundFiles, ImportReport]]
+    """The rounds imported, oldest first."""
+    errors: list[str] = field(default_factory=list)
+    """One line per round or file that could not be imported, naming it."""
+
+
+def _kind_of(path: Path) -> tuple[str, str, str] | None:
+    """("questions" | "resolutions", question_set name, due date) of a ForecastBench file,
+    or None when it is not one (read by the parser later; this only sorts the folder)."""
+    try:
+        document = json.loads(_read(path))
+    except (json.JSONDecodeError, RecursionError):
+        raise ForecastBenchFormatError(f"{path}: not valid JSON") from None
+    if not isinstance(document, dict):
+        return None
+    for key in ("questions", "resolutions"):
+        if key in document:
+            name, due = document.get("question_set"), document.get("forecast_due_date")
+            if not isinstance(name, str) or not isinstance(due, str):
+                raise ForecastBenchFormatError(
+                    f"{path}: needs string fields 'question_set' and 'forecast_due_date'"
+                )
+            return key, name, due
+    return None
+
+
+def find_rounds(folder: Path) -> tuple[list[RoundFiles], list[str]]:
+    """The rounds in a folder (its *.json files, not recursive), oldest due date first, and an
+    error line per file that is not part of a round."""
+    questions: dict[str, tuple[str, Path]] = {}
+    resolutions: dict[str, Path] = {}
+    errors: list[str] = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            kind = _kind_of(path)
+        except ForecastBenchFormatError as error:
+            errors.append(str(error))
+            continue
+        if kind is None:
+            errors.append(f"{path}: neither a question set nor a resolution set; skipped")
+            continue
+        key, name, due = kind
+        target = questions if key == "questions" else resolutions
+        if name in target:
+            errors.append(f"{path}: a second {key} file for question set {name!r}; skipped")
+            continue
+        if key == "questions":
+            questions[name] = (due, path)
+        else:
+            resolutions[name] = path
+    for name, path in sorted(resolutions.items()):
+        if name not in questions:
+            errors.append(f"{path}: resolution set of {name!r}, which is not in {folder}; skipped")
+    rounds = [
+        RoundFiles(due=due, question_set=path, resolution_set=resolutions.get(name))
+        for name, (due, path) in questions.items()
+    ]
+    return sorted(rounds, key=lambda r: (r.due, r.question_set.name)), errors
+
+
+def import_forecastbench_folder(ctx: PipelineContext, folder: Path) -> HistoryReport:
+    """Import every round in `folder`, idempotently; a failing round is reported, the others
+    import."""
+    if not folder.is_dir():
+        raise ForecastBenchFormatError(f"{folder}: not a folder")
+    rounds, errors = find_rounds(folder)
+    if not rounds and not errors:
+        raise ForecastBenchFormatError(f"{folder}: no ForecastBench question set (*.json) in it")
+    imported: list[tuple[RoundFiles, ImportReport]] = []
+    for files in rounds:
+        try:
+            report = import_forecastbench(ctx, files.question_set, files.resolution_set)
+        except (ForecastBenchFormatError, ValueError) as error:
+            errors.append(f"round {files.due} ({files.question_set.name}): {error}")
+            continue
+        imported.append((files, report))
+    return HistoryReport(rounds=imported, errors=errors)

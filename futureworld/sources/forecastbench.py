@@ -11,9 +11,15 @@ Decisions:
 - Question.source is "forecastbench:<upstream source>" (e.g. "forecastbench:manifold"), so an
   imported question never collides with the same market harvested live by its own adapter
   (different cut-off, different crowd probability). `extra` keeps the upstream source and id.
-- Market questions (manifold, metaculus, polymarket, infer) map to one binary question each,
-  external_id = upstream id; dataset questions (acled, dbnomics, fred, wikipedia, yfinance)
-  map to one binary question per resolution date, external_id = f"{id}@{date}".
+- One question per round: the same market question posed in several rounds (question sets
+  of different forecast due dates) is a separate question in each, with that round's
+  cut-off (freeze time) and crowd value, as ForecastBench scores it per round. So every
+  external_id starts with the round: f"{due date}/{upstream id}". Market questions
+  (manifold, metaculus, polymarket, infer) map to one binary question each; dataset
+  questions (acled, dbnomics, fred, wikipedia, yfinance) map to one binary question per
+  resolution date, f"{due date}/{id}@{resolution date}". Migration 0004 renames questions
+  imported before this rule. Binary only: ForecastBench's question sets have no choice or
+  numeric questions.
 - Combination questions (id is a list) are skipped and counted as "combination".
 - A market question of the set with no row in its resolution set is annulled: upstream drops
   questions that resolved N/A, were cancelled, or resolved before the due date (nullified).
@@ -59,6 +65,13 @@ class ForecastBenchFormatError(ValueError):
 def question_source(upstream_source: str) -> str:
     """Question.source of an imported question: "forecastbench:<upstream source>"."""
     return f"{SOURCE_PREFIX}{upstream_source}"
+
+
+def round_external_id(due: date, upstream_id: str, resolution_date: date | None = None) -> str:
+    """Question.external_id of an imported question: its round, its upstream id and, for a
+    dataset question, the resolution date."""
+    suffix = "" if resolution_date is None else f"@{resolution_date.isoformat()}"
+    return f"{due.isoformat()}/{upstream_id}{suffix}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,7 +187,9 @@ def _require_fields(record: Any, fields: Sequence[str], where: str) -> None:
             )
 
 
-def _market_question(record: dict[str, Any], where: str, shared: dict[str, Any]) -> Question:
+def _market_question(
+    record: dict[str, Any], where: str, shared: dict[str, Any], due: date
+) -> Question:
     raw_value = record["freeze_datetime_value"]
     try:
         crowd = float(raw_value)
@@ -204,7 +219,7 @@ def _market_question(record: dict[str, Any], where: str, shared: dict[str, Any])
         criteria = f"{criteria}\n\n{market_criteria}"
     return Question(
         source=question_source(record["source"]),
-        external_id=record["id"],
+        external_id=round_external_id(due, record["id"]),
         title=record["question"],
         created_at=freeze_at,
         info_cutoff_at=freeze_at,
@@ -241,7 +256,7 @@ def _dataset_questions(
         questions.append(
             Question(
                 source=question_source(record["source"]),
-                external_id=f"{record['id']}@{day.isoformat()}",
+                external_id=round_external_id(due, record["id"], day),
                 title=fill(record["question"]),
                 created_at=freeze_at,
                 info_cutoff_at=freeze_at,
@@ -288,7 +303,7 @@ def parse_question_set(text: str, filename: str) -> QuestionSetImport:
             "market_info_open_datetime": record.get("market_info_open_datetime", NOT_AVAILABLE),
         }
         if source in MARKET_SOURCES:
-            questions.append(_market_question(record, where, shared))
+            questions.append(_market_question(record, where, shared, due))
         elif source in DATASET_SOURCES:
             questions.extend(_dataset_questions(record, where, shared, due))
         else:

@@ -62,13 +62,14 @@ def test_real_question_set_yields_250_market_and_1996_dataset_questions(
         "forecastbench:fred": 396,
     }
     assert len({(q.source, q.external_id) for q in question_set.questions}) == 250 + 1996
+    assert all(q.external_id.startswith("2025-10-26/") for q in question_set.questions)
 
 
 def test_market_question_carries_crowd_probability_and_close_time(
     question_set: fb.QuestionSetImport,
 ) -> None:
     by_id = {q.external_id: q for q in question_set.questions}
-    q = by_id["K8qazyZJ3tXyuLlzkkyk"]
+    q = by_id["2025-10-26/K8qazyZJ3tXyuLlzkkyk"]
     assert q.source == "forecastbench:manifold"
     assert q.title == "Will San Diego FC make the playoffs in 2025?"
     assert q.crowd_probability == pytest.approx(0.979920031255855)
@@ -80,7 +81,7 @@ def test_market_question_carries_crowd_probability_and_close_time(
     assert q.extra["question_set"] == QUESTION_FILE
     assert q.extra["upstream_id"] == "K8qazyZJ3tXyuLlzkkyk"
     assert "Manifold" in q.extra["source_intro"]
-    metaculus = by_id["7994"]
+    metaculus = by_id["2025-10-26/7994"]
     assert metaculus.crowd_probability == pytest.approx(0.8)
     assert "before January 1, 2041" in metaculus.resolution_criteria
 
@@ -89,7 +90,10 @@ def test_dataset_question_expands_to_one_question_per_resolution_date(
     question_set: fb.QuestionSetImport,
 ) -> None:
     daaa = [q for q in question_set.questions if q.extra["upstream_id"] == "DAAA"]
-    assert [q.external_id for q in daaa][:2] == ["DAAA@2025-11-02", "DAAA@2025-11-25"]
+    assert [q.external_id for q in daaa][:2] == [
+        "2025-10-26/DAAA@2025-11-02",
+        "2025-10-26/DAAA@2025-11-25",
+    ]
     assert len(daaa) == 8
     first = daaa[0]
     assert first.source == "forecastbench:fred"
@@ -137,7 +141,7 @@ def test_dataset_resolution_joins_on_id_and_date(
     match = next(
         m
         for m in matches
-        if m.external_id == f"{row.external_id}@{row.resolution_date.isoformat()}"
+        if m.external_id == f"2025-10-26/{row.external_id}@{row.resolution_date.isoformat()}"
     )
     assert match.source == "forecastbench:acled"
     assert match.value == row.value
@@ -152,7 +156,7 @@ def test_open_market_rows_and_unresolved_horizons_stay_open(
 ) -> None:
     matched = {m.external_id for m in matches}
     open_ids = {
-        r.external_id
+        f"2025-10-26/{r.external_id}"
         for r in resolution_set.rows
         if r.source in fb.MARKET_SOURCES and not r.resolved
     }
@@ -256,7 +260,7 @@ def test_missing_top_level_field_is_named() -> None:
 
 def test_combination_questions_are_skipped_and_counted() -> None:
     parsed = fb.parse_question_set(_question_file(_market(), _market(id=["a", "b"])), "t.json")
-    assert [q.external_id for q in parsed.questions] == ["m1"]
+    assert [q.external_id for q in parsed.questions] == ["2025-10-26/m1"]
     assert parsed.skipped == Counter({"combination": 1})
 
 
@@ -287,10 +291,11 @@ def test_nan_resolution_stays_open_and_missing_market_is_annulled() -> None:
     rows = fb.parse_resolution_set(text, "r.json").rows
     assert rows[1].value is None
     matches = {m.external_id: m for m in fbo.match_resolutions(questions, rows)}
-    assert matches["m1"].status is OutcomeStatus.RESOLVED and matches["m1"].value == 0.0
-    assert "m2" not in matches
-    assert matches["m3"].status is OutcomeStatus.ANNULLED
-    assert matches["m3"].raw == {"reason": "no row in the resolution set"}
+    m1, m3 = matches["2025-10-26/m1"], matches["2025-10-26/m3"]
+    assert m1.status is OutcomeStatus.RESOLVED and m1.value == 0.0
+    assert "2025-10-26/m2" not in matches
+    assert m3.status is OutcomeStatus.ANNULLED
+    assert m3.raw == {"reason": "no row in the resolution set"}
 
 
 def test_resolution_set_of_another_question_set_is_refused() -> None:
