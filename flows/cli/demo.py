@@ -1,9 +1,10 @@
 """`futureworld demo`: the whole loop on the simulated world (flows.demo), with a progress bar
-and the per-round table."""
+on a terminal, one plain line per step otherwise (a log, CI), and the per-round table."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -40,15 +41,27 @@ def demo_command(
         panel_questions=panel,
         seed=seed,
     )
-    with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
-        task = progress.add_task("demo", total=rounds + 3)
+    if console.is_terminal:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            task = progress.add_task("demo", total=rounds + 3)
 
-        def on_progress(step: str, done: int, total: int) -> None:
-            progress.update(task, description=step, completed=done, total=total)
+            def on_progress(step: str, done: int, total: int) -> None:
+                progress.update(task, description=step, completed=done, total=total)
 
-        result = run_demo(config, on_progress)
+            result = run_demo(config, on_progress)
+    else:
+        started = time.perf_counter()
+
+        def on_line(step: str, done: int, total: int) -> None:
+            elapsed = time.perf_counter() - started
+            console.print(f"[{elapsed:7.1f}s {done}/{total}] {step}", soft_wrap=True, markup=False)
+
+        result = run_demo(config, on_line)
     table = Table(
         "round",
         "version",

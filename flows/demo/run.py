@@ -13,13 +13,16 @@ training row, dr_grpo at lr 1e-3 with 40 rollouts (5 questions) per optimiser st
 AdamW moments carried from version to version. The panel is large (2000 questions, one
 sample each) because the claim is judged on realised outcomes: calibration is worth a few
 hundredths of Brier, and only a big panel, compared pairwise, tells that from luck.
-Everything lives under `--out`; a rerun starts afresh.
+Everything lives under `--out`; a rerun starts afresh. `out/demo.log` gets one line per
+round (elapsed time, policy version, the panel's Brier and ECE), written as the round ends,
+so progress is visible in a log whether or not anyone watches a terminal.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,8 +86,9 @@ class DemoConfig:
     sft_epochs: int = 20
     sft_learning_rate: float = 1e-3
     rl_learning_rate: float = 1e-3
-    rl_rollouts_per_step: int = 40
-    """Rollouts per optimiser step (gradient accumulation over one-rollout rows)."""
+    rl_groups_per_step: int = 5
+    """Whole groups per optimiser step: 5 questions × G = 8 = the 40 rollouts a step tuned
+    with benchmarks/learning_curve.py (gradients accumulate over one-rollout rows)."""
     estimator: Estimator = DEFAULT_ESTIMATOR
     min_groups: int = 4
     """Train in a round only when at least this many completed groups are waiting."""
@@ -118,17 +122,17 @@ class DemoConfig:
             learning_rate=self.sft_learning_rate,
             ppo_epochs=self.sft_epochs,
             micro_batch_tokens=1,
-            grad_accum_steps=4,
+            groups_per_step=4,
         )
 
     @property
     def update(self) -> TrainOptions:
-        """Each round's RL update: one rollout a packed row, `rl_rollouts_per_step` rows a step."""
+        """Each round's RL update: one rollout a packed row, `rl_groups_per_step` groups a step."""
         return TrainOptions(
             estimator=self.estimator,
             learning_rate=self.rl_learning_rate,
             micro_batch_tokens=1,
-            grad_accum_steps=self.rl_rollouts_per_step,
+            groups_per_step=self.rl_groups_per_step,
             temperature=self.temperature,
             min_groups=self.min_groups,
         )
@@ -222,6 +226,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
 
     panel = build_panel(panel_world, config.panel_questions)
     panels: list[PanelScore] = []
+    round_log = _RoundLog(out_dir / "demo.log")
     with serve_world(world, clock) as server, _flow_environment(settings, server):
         for r in range(config.rounds):
             report(f"round {r}: daily cycle on {clock.now().date()}", 1 + r, total)
@@ -233,6 +238,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
                 train=config.update,
             )
             panels.append(_score_panel(ctx, panel, r, config))
+            round_log.write(panels[-1])
             clock.advance(days=1)
         report("final resolution and the report", 1 + config.rounds, total)
         clock.advance(days=config.max_horizon_days + 1)
@@ -257,6 +263,27 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     engine.dispose()
     report("done", total, total)
     return DemoResult(rounds=metrics, report=path, out_dir=out_dir, claim=claim)
+
+
+class _RoundLog:
+    """One line per round, appended and flushed as the round ends."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._started = time.perf_counter()
+        path.write_text("")
+
+    def write(self, score: PanelScore) -> None:
+        from futureworld.scoring import brier, expected_calibration_error
+
+        line = (
+            f"{time.perf_counter() - self._started:8.1f}s  round {score.round:>3}  "
+            f"version {score.policy_version:>3}  panel Brier {brier(score.p_yes, score.y):.4f}  "
+            f"ECE {expected_calibration_error(score.p_yes, score.y):.4f}  "
+            f"parsed {score.parse_rate:.2f}"
+        )
+        with self._path.open("a") as log:
+            log.write(line + "\n")
 
 
 def _score_panel(ctx: PipelineContext, panel, round_no: int, config: DemoConfig) -> PanelScore:

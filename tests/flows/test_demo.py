@@ -37,6 +37,8 @@ def test_ci_sized_demo_runs_the_whole_loop_and_learns(prefect_harness, tmp_path)
     for name in ("report.md", "brier_by_round.png", "ece_by_round.png", "reliability.png"):
         assert (result.out_dir / name).stat().st_size > 0
     assert steps[-1] == "done" and any(s.startswith("round 19") for s in steps)
+    log_lines = (result.out_dir / "demo.log").read_text().splitlines()
+    assert [line.split("round")[1].split()[0] for line in log_lines] == [str(r) for r in range(20)]
 
     claim = result.claim
     assert claim is not None and metrics["claim"]["learned"] is claim.learned
