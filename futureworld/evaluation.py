@@ -3,8 +3,9 @@
 Owns per-group metric rows (Brier, log score, accuracy, ECE, skill vs crowd and base rate,
 Brier Index, bootstrap CI), the grouping every kind's table shares, the markdown score table,
 reliability diagrams and per-round line plots. Binary-only apart from the grouping and the
-line plots: choice and numeric forecasts are scored in evaluation_kinds.py. The formulas live
-in `futureworld.scoring`; loading forecasts is the caller's job.
+line plots: choice and numeric forecasts are scored in evaluation_kinds.py. Also
+ForecastBench's headline numbers on imported ForecastBench questions (`forecastbench_headline`).
+The formulas live in `futureworld.scoring`; loading forecasts is the caller's job.
 """
 
 from __future__ import annotations
@@ -303,3 +304,64 @@ def plot_metric_by_round(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png", dpi=100)
     return out
+
+
+FORECASTBENCH_PREFIX = "forecastbench:"
+FORECASTBENCH_MARKETS = frozenset({"manifold", "metaculus", "polymarket", "infer"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForecastBenchHeadline:
+    """ForecastBench's headline numbers for one agent and version on imported ForecastBench
+    questions, next to ours.
+
+    Reproduced: the Brier score on market and on dataset questions, their equal-weight mean
+    ("overall", as the leaderboard averages the two) and the Brier Index 100·(1 − √Brier) of
+    each. Not reproduced: the difficulty-adjusted Brier and the peer score, whose question
+    effects are estimated from every leaderboard model's forecasts (not in the public
+    question and resolution sets), and the imputation of missing forecasts (market value,
+    0.5): only the forecasts made are scored."""
+
+    agent: str
+    policy_version: int | None
+    n_market: int
+    brier_market: float | None
+    n_dataset: int
+    brier_dataset: float | None
+    brier_overall: float
+    brier_index: float
+    """Of `brier_overall`."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def forecastbench_headline(records: Iterable[ForecastRecord]) -> list[ForecastBenchHeadline]:
+    """One headline per (agent, version) with forecasts of ForecastBench questions."""
+    groups: dict[tuple[str, int | None], tuple[list[float], list[float]]] = {}
+    for record in records:
+        if not record.source.startswith(FORECASTBENCH_PREFIX):
+            continue
+        market, dataset = groups.setdefault((record.agent, record.policy_version), ([], []))
+        upstream = record.source.removeprefix(FORECASTBENCH_PREFIX)
+        error = (record.p_yes - record.y) ** 2
+        (market if upstream in FORECASTBENCH_MARKETS else dataset).append(error)
+    headlines = []
+    for (agent, version), (market, dataset) in sorted(
+        groups.items(), key=lambda kv: _sort_key(kv[0])
+    ):
+        briers = [sum(e) / len(e) for e in (market, dataset) if e]
+        overall = sum(briers) / len(briers)
+        headlines.append(
+            ForecastBenchHeadline(
+                agent=agent,
+                policy_version=version,
+                n_market=len(market),
+                brier_market=sum(market) / len(market) if market else None,
+                n_dataset=len(dataset),
+                brier_dataset=sum(dataset) / len(dataset) if dataset else None,
+                brier_overall=overall,
+                brier_index=scoring.brier_index(overall),
+            )
+        )
+    return headlines

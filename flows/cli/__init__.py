@@ -24,6 +24,7 @@ from typer.core import TyperGroup
 from flows.cli.common import RunFailure, UserError, load_settings
 from flows.cli.data import agent_app, db_app, import_app, model_app
 from flows.cli.demo import demo_command
+from flows.cli.history import export_app, register_history_commands
 from flows.cli.learning import register_learning_commands
 from flows.cli.orchestration import orchestration_app
 from flows.cli.pipeline import register_pipeline_commands
@@ -125,9 +126,11 @@ app.add_typer(db_app, name="db")
 app.add_typer(import_app, name="import")
 app.add_typer(agent_app, name="agent")
 app.add_typer(model_app, name="model")
+app.add_typer(export_app, name="export")
 app.add_typer(orchestration_app, name="orchestrate", help="Prefect deployments, cycles, timers.")
 register_pipeline_commands(app)
 register_learning_commands(app)
+register_history_commands(app)
 app.command("demo")(demo_command)
 
 

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from flows.cli.common import (
+    AsOfOption,
     DbOption,
     cli_context,
     console,
@@ -129,21 +130,41 @@ def evaluate_command(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Reliability diagram PNG.")] = None,
     agent: Annotated[list[str] | None, typer.Option("--agent", help="Only these agents.")] = None,
+    as_of: AsOfOption = None,
     db: DbOption = None,
 ) -> None:
-    """Score every agent and policy version, per source and overall."""
+    """Score every agent and policy version, per source and overall (with --as-of: only the
+    forecasts made and outcomes resolved by then), with ForecastBench's headline numbers on
+    imported ForecastBench questions."""
     from flows.stages.evaluating import evaluate
-    from futureworld.evaluation import plot_reliability, reliability_groups
+    from futureworld.evaluation import (
+        forecastbench_headline,
+        plot_reliability,
+        reliability_groups,
+    )
 
     writable_file(json_path, "--json")
     writable_file(plot, "--plot")
-    with cli_context(db) as ctx:
+    with cli_context(db, as_of) as ctx:
         for name in agent or ():
             require_agent(ctx, name)
-        evaluation = evaluate(ctx, agent)
+        evaluation = evaluate(ctx, agent, as_of=None if as_of is None else ctx.as_of)
     console.print(score_table(evaluation.rows))
+    headlines = forecastbench_headline(evaluation.records)
+    for h in headlines:
+        console.print(
+            f"ForecastBench {h.agent} v{h.policy_version}: overall Brier {h.brier_overall:.4f} "
+            f"(Brier Index {h.brier_index:.1f}); markets {h.n_market}, datasets {h.n_dataset}",
+            soft_wrap=True,
+        )
     if json_path is not None:
-        rows = json.dumps({"rows": [r.as_dict() for r in evaluation.rows]}, indent=2)
+        rows = json.dumps(
+            {
+                "rows": [r.as_dict() for r in evaluation.rows],
+                "forecastbench": [h.as_dict() for h in headlines],
+            },
+            indent=2,
+        )
         write_output(json_path, "--json", rows)
         console.print(f"wrote {json_path}")
     if plot is not None:

@@ -43,7 +43,7 @@ class ImportReport:
     skipped: Counter[str] = field(default_factory=Counter)
 
 
-def _read(path: Path) -> str:
+def read_file(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -57,9 +57,9 @@ def import_forecastbench(
 ) -> ImportReport:
     """Import one question set, and its resolution set when given."""
     engine = ctx.engine
-    questions = parse_question_set(_read(question_set), str(question_set))
+    questions = parse_question_set(read_file(question_set), str(question_set))
     resolutions = (
-        parse_resolution_set(_read(resolution_set), str(resolution_set))
+        parse_resolution_set(read_file(resolution_set), str(resolution_set))
         if resolution_set is not None
         else None
     )
@@ -118,7 +118,7 @@ def _kind_of(path: Path) -> tuple[str, str, str] | None:
     """("questions" | "resolutions", question_set name, due date) of a ForecastBench file,
     or None when it is not one (read by the parser later; this only sorts the folder)."""
     try:
-        document = json.loads(_read(path))
+        document = json.loads(read_file(path))
     except (json.JSONDecodeError, RecursionError):
         raise ForecastBenchFormatError(f"{path}: not valid JSON") from None
     if not isinstance(document, dict):

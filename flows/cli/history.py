@@ -1,0 +1,157 @@
+"""`futureworld export forecastbench` and `futureworld backtest`: history in and out — an
+agent's forecasts of a ForecastBench round as a submission file, and the daily cycle replayed
+over imported history with a simulated clock."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flows.cli.common import (
+    DbOption,
+    UserError,
+    cli_context,
+    console,
+    require_agent,
+    writable_file,
+    write_output,
+)
+
+export_app = typer.Typer(no_args_is_help=True, help="Export forecasts.")
+
+
+@export_app.command("forecastbench")
+def export_forecastbench_command(
+    agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
+    question_set: Annotated[
+        Path,
+        typer.Option(
+            "--question-set",
+            help="The ForecastBench question set JSON (imported before).",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Forecast file to write (JSON).")],
+    version: Annotated[
+        int | None,
+        typer.Option(min=0, help="Policy version (default: the newest that forecast the set)."),
+    ] = None,
+    organization: Annotated[str, typer.Option(help="Submitting organization.")] = "FutureWorld",
+    model: Annotated[str | None, typer.Option(help="Model name (default: AGENT-vVERSION).")] = None,
+    model_organization: Annotated[
+        str, typer.Option(help="Organization that made the model.")
+    ] = "FutureWorld",
+    db: DbOption = None,
+) -> None:
+    """Write an agent's forecasts of a ForecastBench question set in ForecastBench's
+    submission format."""
+    from flows.stages.exporting import export_forecastbench
+    from futureworld.sources.forecastbench import ForecastBenchFormatError
+
+    writable_file(out, "--out")
+    with cli_context(db) as ctx:
+        require_agent(ctx, agent)
+        try:
+            report = export_forecastbench(
+                ctx,
+                agent,
+                question_set,
+                version=version,
+                organization=organization,
+                model=model,
+                model_organization=model_organization,
+            )
+        except (ForecastBenchFormatError, ValueError) as error:
+            raise UserError(f"export failed: {error}") from None
+    write_output(out, "--out", json.dumps(report.document, indent=2))
+    console.print(
+        f"{report.agent} v{report.policy_version}: {report.forecasts} forecasts of "
+        f"{report.questions} questions written to {out}",
+        soft_wrap=True,
+    )
+
+
+def _day(value: str, option: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{option} {value!r} is not a date; give YYYY-MM-DD") from None
+
+
+def _step(value: str) -> int:
+    text = value.strip().lower().removesuffix("d")
+    if not text.isdigit() or int(text) < 1:
+        raise typer.BadParameter(f"--step {value!r}: give whole days, e.g. 1d or 7d")
+    return int(text)
+
+
+def backtest_command(
+    agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
+    start: Annotated[str, typer.Option("--from", help="First simulated day (YYYY-MM-DD).")],
+    end: Annotated[str, typer.Option("--to", help="Last simulated day (YYYY-MM-DD).")],
+    step: Annotated[str, typer.Option("--step", help="Days between cycles, e.g. 1d.")] = "1d",
+    train_every: Annotated[
+        int, typer.Option("--train-every", min=0, help="Train every N cycles (0: never).")
+    ] = 1,
+    samples: Annotated[
+        int, typer.Option("--samples", "-G", min=1, help="Rollouts per question.")
+    ] = 1,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="At most this many questions per cycle.")
+    ] = None,
+    reference: Annotated[str, typer.Option(help="Agent each round is paired against.")] = "crowd",
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Report folder (default: reports/backtest-AGENT).")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Replay the daily cycle over imported history with a simulated clock: forecast what is
+    open, reveal only outcomes resolved by the clock, backfill, train; then score every round
+    against the reference on the same questions."""
+    from flows.stages.backtesting import BacktestOptions, run_backtest
+
+    try:
+        options = BacktestOptions(
+            agent=agent,
+            start=_day(start, "--from"),
+            end=_day(end, "--to"),
+            step_days=_step(step),
+            train_every=train_every,
+            samples=samples,
+            limit=limit,
+            reference=reference,
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    with cli_context(db) as ctx:
+        require_agent(ctx, agent)
+        require_agent(ctx, reference)
+        folder = out or ctx.reports_dir / f"backtest-{agent}"
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"--out {folder}: is a file; give a folder")
+        report = run_backtest(
+            ctx,
+            options,
+            out_dir=folder,
+            on_round=lambda r: console.print(
+                f"{r.clock.date()}: v{r.policy_version}, {r.forecasts} rollouts, "
+                f"{r.rewards} rewards" + ("" if r.trained_to is None else f", → v{r.trained_to}")
+            ),
+        )
+    for r in report.rounds:
+        if r.brier is not None:
+            console.print(
+                f"round {r.round} ({r.clock.date()}): n={r.n} Brier {r.brier:.4f} vs "
+                f"{report.reference} {r.reference_brier:.4f} (difference {r.difference:+.4f})"
+            )
+    console.print(f"report: {folder}")
+
+
+def register_history_commands(app: typer.Typer) -> None:
+    app.command("backtest")(backtest_command)
