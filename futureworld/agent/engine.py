@@ -17,6 +17,11 @@ Failures are per group and never stop the run: a prompt too long even after cutt
 request the backend could not generate, fails its group (`on_failure`) and the others go on.
 When a whole decode step raises (it cannot say which row was at fault), the groups in flight
 are re-run one at a time, each alone, so only the group that fails alone is failed.
+
+Question kinds share the engine: each request stops at its question kind's stop strings, the
+final answer is parsed in the kind's format (`parse_final_answer`) into the trajectory's p_yes,
+choice, probabilities or quantiles, and beliefs (P(yes) side generations) are elicited on
+binary questions only. Groups of different kinds batch together in one stream.
 """
 
 from __future__ import annotations
@@ -39,13 +44,14 @@ from futureworld.agent.loop import (
     record_belief,
     turn_seed,
 )
-from futureworld.agent.parsing import ACTION_STOP_STRINGS
+from futureworld.agent.parsing import ParsedAnswer, action_stop_strings, parse_final_answer
 from futureworld.agent.prompts import BELIEF_PREFIX, observation_frame
 from futureworld.agent.tools import Corpus
 from futureworld.domain import (
     GenerationSettings,
     ParseStatus,
     Question,
+    QuestionKind,
     StopReason,
     Trajectory,
     utc_now,
@@ -152,7 +158,7 @@ class RolloutEngine:
         self._tokenizer = tokenizer
         self._frame = observation_frame(tokenizer, settings.observation_role)
         self._belief_ids = tokenizer.encode(BELIEF_PREFIX, add_special_tokens=False)
-        self._stops = tuple(dict.fromkeys(ACTION_STOP_STRINGS))
+        self._stops = {kind: action_stop_strings(kind) for kind in QuestionKind}
         self._keys = 0
         self._orders = 0
 
@@ -296,7 +302,7 @@ class RolloutEngine:
             top_p=settings.top_p,
             max_new_tokens=min(settings.max_new_tokens, budget),
             seed=turn_seed(rollout.seed, rollout.turn_no),
-            stop=self._stops,
+            stop=self._stops[group.job.question.kind],
         )
         key = self._next_key()
         prompt = (*group.prompt, *rollout.completion)
@@ -335,7 +341,8 @@ class RolloutEngine:
             rollout.beliefs_pending -= 1
             return []
         settings = self._settings
-        action = append_generation(rollout, generation, request.budget, self._tokenizer)
+        kind = group.job.question.kind
+        action = append_generation(rollout, generation, request.budget, self._tokenizer, kind)
         if rollout.stop is not None:
             return []
         if rollout.turn_no + 1 == settings.max_turns:
@@ -354,7 +361,7 @@ class RolloutEngine:
         if rollout.stop is not None:
             return []
         follow_ups = []
-        if settings.elicit_beliefs:
+        if settings.elicit_beliefs and kind is QuestionKind.BINARY:
             follow_ups.append(self._belief_request(group, rollout))
         rollout.turn_no += 1
         follow_ups.append(self._turn_request(group, rollout))
@@ -367,13 +374,13 @@ class RolloutEngine:
         assert question.id is not None
         out = []
         for r in group.rollouts:
-            p_yes, status = _final_answer(r)
+            answer = _final_answer(r, question)
             recorded = SamplingParams(
                 temperature=settings.temperature,
                 top_p=settings.top_p,
                 max_new_tokens=settings.max_new_tokens,
                 seed=r.seed,
-                stop=self._stops,
+                stop=self._stops[question.kind],
             )
             sampling = {
                 **recorded.to_dict(),
@@ -391,8 +398,11 @@ class RolloutEngine:
                     loss_mask=tuple(r.mask),
                     behaviour_logprobs=tuple(r.logprobs),
                     turns=tuple(r.turns),
-                    p_yes=p_yes,
-                    parse_status=status,
+                    p_yes=answer.p_yes,
+                    choice=answer.choice,
+                    probabilities=answer.probabilities,
+                    quantiles=answer.quantiles,
+                    parse_status=answer.status,
                     stop_reason=r.stop or StopReason.MAX_TURNS,
                     sampling=sampling,
                     timings={"generate_s": r.generate_s, "tool_s": r.tool_s, "total_s": total_s},
@@ -402,13 +412,13 @@ class RolloutEngine:
         return out
 
 
-def _final_answer(rollout: Rollout) -> tuple[float | None, ParseStatus]:
-    from futureworld.agent.parsing import parse_answer
-
-    p_yes, status = parse_answer(rollout.last_text)
-    if rollout.stop is not StopReason.ANSWERED and status is ParseStatus.OK:
-        return None, ParseStatus.MISSING
-    return p_yes, status
+def _final_answer(rollout: Rollout, question: Question) -> ParsedAnswer:
+    """The last turn's answer in the question kind's format; a rollout that did not stop
+    by answering has none (MISSING), whatever its last text holds."""
+    answer = parse_final_answer(rollout.last_text, question)
+    if rollout.stop is not StopReason.ANSWERED and answer.status is ParseStatus.OK:
+        return ParsedAnswer(status=ParseStatus.MISSING)
+    return answer
 
 
 def _raise(failure: GroupFailure) -> None:

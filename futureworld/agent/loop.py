@@ -5,6 +5,9 @@ Scheduling many rollouts at once is the rollout engine's job (futureworld.agent.
 The context is a list of token ids. Generated ids are appended with loss mask 1 and their
 behaviour log-probs; tool observations are tokenized once and appended with mask 0 and
 log-prob 0.0. Nothing is re-tokenized from text. Persisting the result is storage's job.
+Every question kind runs through this one loop: a turn stops at the tools' closing tags or
+its kind's answer tag (parsing.action_stop_strings), and only the kind's own answer format
+ends the rollout as answered; another kind's answer tag is no action (NO_ACTION).
 
 Seeding: a rollout has its own seed (a hash of the agent's seed, the question, the policy
 version and the sample index: `rollout_seed`); its turn t samples with seed + t·1000003 and
@@ -30,7 +33,7 @@ from futureworld.agent.parsing import Action, ActionKind, parse_answer
 from futureworld.agent.parsing import parse_action as parse_action_text
 from futureworld.agent.prompts import encode_prompt
 from futureworld.agent.tools import Corpus, format_article, format_search_results
-from futureworld.domain import GenerationSettings, Question, StopReason, Turn
+from futureworld.domain import GenerationSettings, Question, QuestionKind, StopReason, Turn
 from futureworld.policy.base import FinishReason, Generation
 
 TURN_SEED_STRIDE = 1_000_003
@@ -143,9 +146,14 @@ class Rollout:
 
 
 def append_generation(
-    rollout: Rollout, generation: Generation, budget: int, tokenizer: PreTrainedTokenizerBase
+    rollout: Rollout,
+    generation: Generation,
+    budget: int,
+    tokenizer: PreTrainedTokenizerBase,
+    kind: QuestionKind = QuestionKind.BINARY,
 ) -> Action:
-    """Append one assistant turn (mask 1); settle the stop reason if the turn ends the rollout."""
+    """Append one assistant turn (mask 1); settle the stop reason if the turn ends the rollout.
+    Only the answer format of the question's `kind` ends it as answered."""
     ids, logprobs = generation.token_ids, generation.logprobs
     over_budget = len(ids) > budget
     if over_budget:  # Tokens past this rollout's own budget were never part of its context.
@@ -155,7 +163,7 @@ def append_generation(
     rollout.completion.extend(ids)
     rollout.mask.extend([1] * len(ids))
     rollout.logprobs.extend(logprobs)
-    action = parse_action_text(text)
+    action = parse_action_text(text, kind)
     rollout.turns.append(
         Turn(
             index=len(rollout.turns),
@@ -247,7 +255,8 @@ def call_tool(
 def record_belief(
     rollout: Rollout, turn_index: int, generation: Generation, tokenizer: PreTrainedTokenizerBase
 ) -> None:
-    """A belief side generation's answer goes on the tool turn it was elicited after."""
+    """A belief side generation's answer goes on the tool turn it was elicited after. Beliefs
+    are P(yes) and elicited on binary questions only."""
     text = tokenizer.decode(generation.token_ids, skip_special_tokens=True)
     belief, _ = parse_answer("<probability>" + text)
     rollout.turns[turn_index] = replace(rollout.turns[turn_index], belief=belief)
