@@ -10,7 +10,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, ForeignKey, Index, Integer, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import (
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlmodel import Field, SQLModel
 
 from storage.types import JSONType, UTCDateTime
@@ -153,6 +162,11 @@ class RolloutRow(SQLModel, table=True):
     p_yes: float | None = None
     choice: int | None = None
     quantiles: list[float] = Field(default_factory=list, sa_column=Column(JSONType, nullable=False))
+    probabilities: list[float] = Field(
+        default_factory=list,
+        sa_column=Column(JSONType, nullable=False, server_default=text("'[]'")),
+    )
+    """Choice answers: P(option i) for every option (migration 0005); empty otherwise."""
     parse_status: str
     stop_reason: str
     sampling: dict[str, Any] = _json()
