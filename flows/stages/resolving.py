@@ -4,9 +4,10 @@ close, and record outcome revisions; a person's verdict through `resolve --manua
 Each source fails alone (recorded as a pipeline event; the others go on). Outcomes only add a
 revision when the resolution changed, so re-running is idempotent.
 
-Decisions: a Manifold MKT resolution (a probability, not 0/1) is stored as annulled, since
-binary rewards and calibration metrics need a 0/1 outcome; a resolution the source marks as
-not final (Kalshi `determined`) is not recorded until it is final. Generated questions have
+Decisions: a Manifold MKT resolution of a binary question (a probability, not 0/1) is stored
+as annulled, since binary rewards and calibration metrics need a 0/1 outcome (a choice
+question's outcome is the option index, a numeric one's the number); a resolution the source
+marks as not final (Kalshi `determined`) is not recorded until it is final. Generated questions have
 no platform to ask: they are resolved by the LLM judge when one is configured, and otherwise
 counted as waiting for `futureworld resolve --manual`. Imported sets (forecastbench:*)
 resolve through their importer.
@@ -25,7 +26,7 @@ from enum import StrEnum
 
 from flows.context import PipelineContext
 from flows.stages.problems import Problems, SourceStatus, source_verdict
-from futureworld.domain import Outcome, OutcomeStatus, Question
+from futureworld.domain import Outcome, OutcomeStatus, Question, QuestionKind
 from futureworld.sources.base import SourceResolution
 from futureworld.sources.http import SourceClient
 from futureworld.sources.platforms import SOURCES, SourceName
@@ -121,8 +122,9 @@ def resolve(ctx: PipelineContext, *, question_ids: Sequence[int] | None = None) 
                 else SourceStatus.OK
             )
             ids = {q.external_id: q.id for q in questions}
+            kinds = {q.external_id: q.kind for q in questions}
             outcomes += [
-                _outcome(ids[r.external_id], r)
+                _outcome(ids[r.external_id], r, kinds[r.external_id])
                 for r in result.resolutions
                 if r.final and r.external_id in ids
             ]
@@ -165,9 +167,14 @@ def _judge_generated(
     return outcomes
 
 
-def _outcome(question_id: int, resolution: SourceResolution) -> Outcome:
+def _outcome(
+    question_id: int, resolution: SourceResolution, kind: QuestionKind = QuestionKind.BINARY
+) -> Outcome:
+    """The outcome to record; only a binary question needs a 0/1 value (choice questions store
+    the option index, numeric ones the number)."""
     value = resolution.value
-    if resolution.status is OutcomeStatus.RESOLVED and value not in (0.0, 1.0):
+    binary = kind is QuestionKind.BINARY
+    if binary and resolution.status is OutcomeStatus.RESOLVED and value not in (0.0, 1.0):
         return Outcome(
             question_id=question_id,
             revision=0,

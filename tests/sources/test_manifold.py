@@ -43,9 +43,11 @@ def paged_markets(markets: list[dict]):
     return handler
 
 
-def test_harvest_pages_with_before_and_keeps_only_open_binary(server: ScriptedServer, client):
+def test_harvest_pages_with_before_and_keeps_only_open_markets_of_known_kinds(
+    server: ScriptedServer, client
+):
     markets = [lite_market(i) for i in range(7)]
-    markets[1]["outcomeType"] = "MULTIPLE_CHOICE"
+    markets[1]["outcomeType"] = "POLL"
     markets[2]["isResolved"] = True
     markets[3]["closeTime"] = ms(NOW - timedelta(hours=1))
     server.route("/v0/markets", paged_markets(markets))
@@ -54,7 +56,7 @@ def test_harvest_pages_with_before_and_keeps_only_open_binary(server: ScriptedSe
     assert ids == ["m000", "m004", "m005", "m006"]
     assert result.errors == []
     assert result.counts["pages"] == 3
-    assert result.counts["skipped_not_binary"] == 1
+    assert result.counts["skipped_unsupported_kind"] == 1
     assert result.counts["skipped_resolved"] == 1
     assert result.counts["skipped_closed"] == 1
     befores = [r.query.get("before") for r in server.requests_to("/v0/markets")]
