@@ -225,13 +225,15 @@ def latest_outcomes(
 def resolved_history(
     session: Session, *, as_of: datetime | None = None
 ) -> list[tuple[str, datetime, float]]:
-    """(source, resolved_at, value) of every question currently resolved (as of `as_of` when
-    given): what base rates are computed from."""
+    """(source, resolved_at, value) of every binary question currently resolved (as of `as_of`
+    when given): what base rates are computed from (an option index or a number is no YES
+    frequency)."""
     current = current_outcomes(as_of)
     rows = session.execute(
         select(QuestionRow.source, current.c.resolved_at, current.c.value)
         .join(current, current.c.question_id == QuestionRow.id)
         .where(current.c.status == str(OutcomeStatus.RESOLVED))
+        .where(QuestionRow.kind == str(QuestionKind.BINARY))
         .order_by(current.c.resolved_at)
     ).all()
     return [(source, at, float(value)) for source, at, value in rows]

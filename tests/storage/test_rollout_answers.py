@@ -13,6 +13,8 @@ from sqlalchemy import insert, select, text
 from futureworld.domain import (
     Agent,
     NumericSpec,
+    Outcome,
+    OutcomeStatus,
     ParseStatus,
     Question,
     QuestionKind,
@@ -20,7 +22,12 @@ from futureworld.domain import (
 )
 from storage.engine import current_revision, make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent
-from storage.repositories.questions import list_questions, upsert_questions
+from storage.repositories.questions import (
+    list_questions,
+    record_outcomes,
+    resolved_history,
+    upsert_questions,
+)
 from storage.repositories.rewards import rollout_answers
 from storage.repositories.rollouts import _rollout_values, insert_rollouts, load_trajectories
 from storage.tables import BackfillQueueRow, RolloutRow
@@ -141,3 +148,25 @@ def test_migration_0005_gives_earlier_rollouts_an_empty_vector(tmp_path, postgre
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def test_resolved_history_holds_binary_outcomes_only(engine) -> None:
+    """Base rates read it: an option index or a number is no YES frequency."""
+    with session_scope(engine) as session:
+        upsert_questions(session, _questions())
+        ids = {q.external_id: q.id for q in list_questions(session)}
+        record_outcomes(
+            session,
+            [
+                Outcome(
+                    question_id=ids[key],
+                    revision=0,
+                    status=OutcomeStatus.RESOLVED,
+                    value=value,
+                    resolved_at=T0,
+                )
+                for key, value in (("b", 1.0), ("c", 2.0), ("n", 7.5))
+            ],
+        )
+    with session_scope(engine) as session:
+        assert resolved_history(session) == [("test", T0, 1.0)]
