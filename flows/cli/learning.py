@@ -21,6 +21,12 @@ from flows.cli.common import (
 )
 from flows.stages.training import TrainOptions
 from futureworld.evaluation import ScoreRow
+from futureworld.evaluation_kinds import (
+    CHOICE_COLUMNS,
+    NUMERIC_COLUMNS,
+    ChoiceScoreRow,
+    NumericScoreRow,
+)
 from futureworld.rewards import DEFAULT_REWARD, RewardFn
 from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator
 
@@ -128,20 +134,30 @@ def train_command(
 
 def evaluate_command(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write rows as JSON.")] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Reliability diagram PNG.")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Reliability diagram PNG (and, with numeric questions, a PIT histogram next "
+            "to it: <stem>.pit.png).",
+        ),
+    ] = None,
     agent: Annotated[list[str] | None, typer.Option("--agent", help="Only these agents.")] = None,
     as_of: AsOfOption = None,
     db: DbOption = None,
 ) -> None:
     """Score every agent and policy version, per source and overall (with --as-of: only the
-    forecasts made and outcomes resolved by then), with ForecastBench's headline numbers on
-    imported ForecastBench questions."""
+    forecasts made and outcomes resolved by then), one table per question kind (binary,
+    choice, numeric), with ForecastBench's headline numbers on imported ForecastBench
+    questions. --json writes the rows of each kind: "rows" (binary), "choice_rows",
+    "numeric_rows"."""
     from flows.stages.evaluating import evaluate
     from futureworld.evaluation import (
         forecastbench_headline,
         plot_reliability,
         reliability_groups,
     )
+    from futureworld.evaluation_kinds import pit_groups, plot_pit_histogram
 
     writable_file(json_path, "--json")
     writable_file(plot, "--plot")
@@ -150,6 +166,12 @@ def evaluate_command(
             require_agent(ctx, name)
         evaluation = evaluate(ctx, agent, as_of=None if as_of is None else ctx.as_of)
     console.print(score_table(evaluation.rows))
+    for title, kind_rows in (
+        ("choice questions", evaluation.choice_rows),
+        ("numeric questions", evaluation.numeric_rows),
+    ):
+        if kind_rows:
+            console.print(kind_score_table(kind_rows, title))
     headlines = forecastbench_headline(evaluation.records)
     for h in headlines:
         console.print(
@@ -161,6 +183,8 @@ def evaluate_command(
         rows = json.dumps(
             {
                 "rows": [r.as_dict() for r in evaluation.rows],
+                "choice_rows": [r.as_dict() for r in evaluation.choice_rows],
+                "numeric_rows": [r.as_dict() for r in evaluation.numeric_rows],
                 "forecastbench": [h.as_dict() for h in headlines],
             },
             indent=2,
@@ -170,6 +194,10 @@ def evaluate_command(
     if plot is not None:
         plot_reliability(reliability_groups(evaluation.records), plot)
         console.print(f"wrote {plot}")
+        if evaluation.numeric_records:
+            pit_path = plot.with_name(f"{plot.stem}.pit.png")
+            plot_pit_histogram(pit_groups(evaluation.numeric_records), pit_path)
+            console.print(f"wrote {pit_path}")
 
 
 def score_table(rows: Sequence[ScoreRow]) -> Table:
@@ -208,4 +236,28 @@ def score_table(rows: Sequence[ScoreRow]) -> Table:
             fmt(d["brier_skill_vs_crowd"]),
             fmt(d["brier_skill_vs_base_rate"]),
         )
+    return table
+
+
+def kind_score_table(
+    rows: Sequence[ChoiceScoreRow] | Sequence[NumericScoreRow], title: str
+) -> Table:
+    """Choice or numeric score rows as a table: the group, then the kind's metric columns."""
+    columns = CHOICE_COLUMNS if isinstance(rows[0], ChoiceScoreRow) else NUMERIC_COLUMNS
+    table = Table("agent", "ver", "source", *columns, title=title)
+    for row in rows:
+        cells = [row.agent or "all", str(row.policy_version), row.source or "all"]
+        for column in columns:
+            value = getattr(row, column)
+            if value is None:
+                cells.append("—")
+            elif column == "pit_counts":
+                cells.append(" ".join(map(str, value)))
+            elif isinstance(value, tuple):
+                cells.append(f"[{value[0]:.3f}, {value[1]:.3f}]")
+            elif isinstance(value, float):
+                cells.append(f"{value:.3f}")
+            else:
+                cells.append(str(value))
+        table.add_row(*cells)
     return table
