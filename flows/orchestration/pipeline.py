@@ -1,5 +1,6 @@
 """Prefect flows of the pipeline: harvest, predict, resolve-and-backfill, replay-and-train,
-evaluate and the daily cycle chaining them. Only @flow/@task wrappers live here: each task
+evaluate, the daily cycle chaining them, and the backtest replaying it over imported history.
+Only @flow/@task wrappers live here: each task
 calls one stage (flows.stages) with the run's context (flows.context), each flow keys its run
 by the as-of date (re-running a day is safe: the stages are idempotent) and publishes
 artifacts (flows.orchestration.artifacts). Parameters are typed: strings, numbers, lists and
@@ -29,12 +30,16 @@ from flows.context import PipelineContext, open_context, run_key_for
 from flows.orchestration import artifacts
 from flows.settings import Settings, parse_as_of
 from flows.stages.backfilling import BackfillReport, backfill_rewards
+from flows.stages.backtesting import BacktestOptions, BacktestReport, run_backtest
 from flows.stages.evaluating import Evaluation, evaluate
 from flows.stages.harvesting import HarvestReport, harvest
 from flows.stages.predicting import PredictReport, predict
 from flows.stages.problems import any_failed
+from flows.stages.provisional import ProvisionalReport, write_provisional_rewards
 from flows.stages.resolving import ResolveReport, resolve
 from flows.stages.training import TrainOptions, TrainReport, replay_and_train
+from futureworld.rewards import RewardFn
+from futureworld.rl.config import Estimator
 from storage.engine import session_scope
 from storage.repositories.agents import list_agents
 
@@ -126,6 +131,11 @@ def predict_task(
     return predict(ctx, agent, samples=samples, limit=limit)
 
 
+@task(name="provisional-rewards", task_run_name="provisional-{agent}", cache_policy=NO_CACHE)
+def provisional_task(ctx: PipelineContext, agent: str, reward_fn: RewardFn) -> ProvisionalReport:
+    return write_provisional_rewards(ctx, agent, reward_fn=reward_fn)
+
+
 @task(
     name="replay-and-train", task_run_name="train-{agent}", tags=[TRAIN_TAG], cache_policy=NO_CACHE
 )
@@ -136,6 +146,11 @@ def train_task(ctx: PipelineContext, agent: str, options: TrainOptions) -> Train
 @task(name="evaluate", cache_policy=NO_CACHE)
 def evaluate_task(ctx: PipelineContext, agents: Sequence[str] | None) -> Evaluation:
     return evaluate(ctx, agents)
+
+
+@task(name="backtest", task_run_name="backtest-{agent}", tags=[TRAIN_TAG], cache_policy=NO_CACHE)
+def backtest_task(ctx: PipelineContext, agent: str, options: BacktestOptions) -> BacktestReport:
+    return run_backtest(ctx, options, out_dir=ctx.reports_dir / f"backtest-{agent}")
 
 
 # ── publishing ───────────────────────────────────────────────────────────────────────────
@@ -238,7 +253,8 @@ def daily_cycle_flow(
     train: TrainOptions = DAILY_TRAIN,
 ) -> list[artifacts.StageSummary]:
     """harvest → resolve → backfill → per agent: train (agents with a trainable policy and ≥
-    `train.min_groups` completed groups), then predict → evaluate all agents. A failing stage
+    `train.min_groups` completed groups), then predict, then (estimator siop only) the
+    provisional rewards of its unresolved groups → evaluate all agents. A failing stage
     is recorded in the summary artifact and the cycle goes on; the run fails at the end if
     any stage did."""
     with _open(as_of) as ctx:
@@ -261,6 +277,15 @@ def daily_cycle_flow(
                 )
                 _publish_training(ctx, agent.name, report)
             _step(stages, f"predict {agent.name}", predict_task, ctx, agent.name, samples, limit)
+            if agent.backend.generates and train.estimator is Estimator.SIOP:
+                _step(
+                    stages,
+                    f"provisional {agent.name}",
+                    provisional_task,
+                    ctx,
+                    agent.name,
+                    train.reward_fn,
+                )
         evaluation = _step(stages, "evaluate", evaluate_task, ctx, None, counted=False)
         if evaluation is not None:
             _publish_evaluation(ctx, evaluation)
@@ -303,6 +328,48 @@ def _step(
     return result
 
 
+def _backtest_run_name() -> str:
+    params = flow_run.parameters or {}
+    return f"backtest-{params.get('agent')}-{params.get('start')}-{params.get('end')}"
+
+
+@flow(name="backtest", flow_run_name=_backtest_run_name)
+def backtest_flow(
+    agent: str,
+    start: str,
+    end: str,
+    step_days: int = 1,
+    train_every: int = 1,
+    samples: int = 1,
+    limit: int | None = None,
+    reference: str = "crowd",
+    train: TrainOptions = TrainOptions(),
+) -> list[dict[str, Any]]:
+    """Replay the daily cycle over imported history from `start` to `end` (YYYY-MM-DD) with a
+    simulated clock (flows.stages.backtesting); the report folder goes under the reports
+    directory (backtest-AGENT), and the per-round table is the flow's result."""
+    from datetime import date
+
+    options = BacktestOptions(
+        agent=agent,
+        start=date.fromisoformat(start),
+        end=date.fromisoformat(end),
+        step_days=step_days,
+        train_every=train_every,
+        samples=samples,
+        limit=limit,
+        reference=reference,
+        train=train,
+    )
+    with _open(start) as ctx:
+        report = backtest_task(ctx, agent, options)
+        return [
+            {"round": r.round, "clock": r.clock.isoformat(), "n": r.n, "brier": r.brier,
+             "reference_brier": r.reference_brier, "difference": r.difference}
+            for r in report.rounds
+        ]  # fmt: skip
+
+
 FLOWS = {
     "harvest": harvest_flow,
     "predict": predict_flow,
@@ -310,5 +377,6 @@ FLOWS = {
     "replay-and-train": replay_and_train_flow,
     "evaluate": evaluate_flow,
     "daily-cycle": daily_cycle_flow,
+    "backtest": backtest_flow,
 }
 """Every flow by its Prefect name (deployments and `serve` use these)."""
