@@ -208,27 +208,25 @@ def _migrate(engine, revision: str, *, down: bool = False) -> None:
 
 
 def test_migration_0003_queues_what_an_existing_database_left_unscored(db_url: str) -> None:
+    """The database is filled at head, taken back to 0002 (which keeps its rows and drops
+    the queue) and brought to head again: 0003 seeds the queue from what it finds."""
     engine = make_engine(db_url)
+    head = current_revision(engine)
+    with session_scope(engine) as session:
+        questions, _ = _world(session, per_kind=1, samples=2)
+        kinds = {q.id: q.kind for q in questions}
+        binary, choice, numeric = questions
+        record_outcomes(session, [_outcome(binary, 1.0), _outcome(choice, 1.0)])
+        scored = rollouts_missing_rewards(session, APPLICABLE)
+        record_outcomes(session, [_outcome(binary, 0.0)])  # binary now at revision 2
+        # Binary was scored at its old revision 1 only, choice at its current one.
+        insert_rewards(session, _rewards_for(scored, kinds))
     _migrate(engine, "0002", down=True)
     try:
         assert current_revision(engine) == "0002"
-        with session_scope(engine) as session:
-            questions, _ = _world(session, per_kind=1, samples=2)
-            kinds = {q.id: q.kind for q in questions}
-            binary, choice, numeric = questions
-            record_outcomes(session, [_outcome(binary, 1.0), _outcome(choice, 1.0)])
-            record_outcomes(session, [_outcome(binary, 0.0)])  # binary now at revision 2
-            rollouts = rollouts_missing_rewards(session, APPLICABLE)
-            # Binary was scored at its old revision 1 only, choice at its current one.
-            insert_rewards(
-                session,
-                _rewards_for(
-                    [PendingScore(p.rollout_id, p.question_id, 1) for p in rollouts], kinds
-                ),
-            )
     finally:
         upgrade_database(engine)
-    assert current_revision(engine) == "0003"
+    assert current_revision(engine) == head
     with session_scope(engine) as session:
         queued = {
             (r.question_id, r.outcome_revision) for r in session.scalars(select(BackfillQueueRow))
