@@ -43,6 +43,10 @@ bench: install services
 	$(PY) benchmarks/storage_throughput.py
 	$(PY) benchmarks/agent_loop.py
 	$(PY) benchmarks/train_throughput.py
+	$(PY) benchmarks/predict_throughput.py
+	$(PY) benchmarks/predict_http.py
+	$(PY) benchmarks/backfill_scale.py
+	$(PY) benchmarks/search_latency.py
 
 clean:
 	rm -rf $(VENV) .futureworld .pytest_cache
