@@ -2,7 +2,7 @@
 completion sleeps `per_token_s` per generated token, in its own handler thread, so concurrent
 requests overlap the way they do in a batching server, and the server counts the requests in
 flight over time. It is how the HTTP rollout benchmark (benchmarks/predict_http.py) and its
-test (tests/policy/test_http_concurrency.py) see whether the client keeps the server full.
+test (tests/flows/test_predict_http.py) see whether the client keeps the server full.
 
 Decisions made where a real server has no equivalent:
 - No model: tokens come from a scripted policy seeded by the request's own `seed`, so the
@@ -17,11 +17,14 @@ Decisions made where a real server has no equivalent:
   no cap on concurrent requests (vLLM's max_num_seqs is 256 and far above the client's
   limit), so every request the client sends is in flight at once.
 - In flight: a request counts from the moment its body has been read until its response
-  has been written. `InFlightMeter` integrates the count over time; the mean number in
-  flight is that integral over the busy window (the first request's arrival to the last
-  one's departure since the last reset). Only /v1/completions requests count.
-- HTTP/1.1 keep-alive, as vLLM's uvicorn: a client connection is reused request after
-  request. GET /stats returns the meter's `LoadStats` as JSON, POST /stats/reset zeroes it.
+  is ready to be written (so a client that has its answer never sees it still counted).
+  `InFlightMeter` integrates the count over time; the mean number in flight is that
+  integral over the busy window (the first request's arrival to the last one's departure
+  since the last reset). Only /v1/completions requests count.
+- HTTP/1.1 keep-alive and TCP_NODELAY, as vLLM's uvicorn: a client connection is reused
+  request after request, and a response is not held back by Nagle's algorithm waiting for
+  the client's delayed ACK (40 ms a request, outside the server's window, when it is on).
+  GET /stats returns the meter's `LoadStats` as JSON, POST /stats/reset zeroes it.
 
 Run in-process with `serve_loopback`, or as its own process (as a real server is, so its
 threads do not share the client's interpreter lock) with `spawn_loopback`, which starts
@@ -222,6 +225,9 @@ def _handler(script: ScriptedCompletions, meter: InFlightMeter) -> type[BaseHTTP
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+        """TCP_NODELAY, as uvicorn sets: headers and body go out as two writes, and with
+        Nagle on the body would wait for the client's delayed ACK (40 ms)."""
 
         def log_message(self, *args: object) -> None:
             pass
@@ -241,18 +247,16 @@ def _handler(script: ScriptedCompletions, meter: InFlightMeter) -> type[BaseHTTP
             if self.path != "/v1/completions":
                 return self._send(404, {"error": f"no route {self.path}"})
             meter.enter()
-            tokens = 0
             try:
-                try:
-                    choice = script.complete(json.loads(raw))
-                except (KeyError, TypeError, ValueError) as error:
-                    return self._send(400, {"error": f"bad completion request: {error!r}"})
-                tokens = len(choice["token_ids"])
-                time.sleep(policy.prefill_s + tokens * policy.per_token_s)
-                payload = {"id": "cmpl-loopback", "object": "text_completion"}
-                return self._send(200, {**payload, "choices": [choice]})
-            finally:
-                meter.leave(tokens)
+                choice = script.complete(json.loads(raw))
+            except (KeyError, TypeError, ValueError) as error:
+                meter.leave(0)
+                return self._send(400, {"error": f"bad completion request: {error!r}"})
+            tokens = len(choice["token_ids"])
+            time.sleep(policy.prefill_s + tokens * policy.per_token_s)
+            meter.leave(tokens)
+            payload = {"id": "cmpl-loopback", "object": "text_completion"}
+            return self._send(200, {**payload, "choices": [choice]})
 
         def _send(self, status: int, payload: Any) -> None:
             data = b"" if payload is None else json.dumps(payload).encode()
