@@ -1,17 +1,33 @@
-"""Engines, sessions and migrations for Postgres and the embedded SQLite default.
+"""Engines, sessions and migrations for Postgres and the embedded SQLite default, and the
+retry of a transaction that met a transient database error.
 
 Nothing here runs at import time; flows build the engine from settings.
+
+Transient errors (decided here, the design being silent): a lost or refused connection
+(SQLAlchemy marks the connection invalidated, or psycopg reports a connection failure,
+SQLSTATE class 08, or an administrator/crash shutdown 57P01–57P03), a serialization failure
+(40001), a deadlock (40P01), and SQLite's "database is locked". Anything else, a constraint
+or a bad value, is the caller's error and is raised at once. `run_transaction` retries the
+whole transaction, so the work function must build its writes from values it holds in
+memory (a generated group, computed rewards), never from state of the failed session.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -55,6 +71,94 @@ def session_scope(engine: Engine) -> Iterator[Session]:
         except BaseException:
             session.rollback()
             raise
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How long a stage waits out a transient database error before giving up."""
+
+    attempts: int = 10
+    """Tries of one transaction in all (the first included)."""
+    first_delay_s: float = 0.2
+    """Wait before the second try; each later wait doubles, up to `max_delay_s`."""
+    max_delay_s: float = 5.0
+    """Longest single wait (about 30 s in all with the defaults: a server restart)."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or self.first_delay_s < 0 or self.max_delay_s < self.first_delay_s:
+            raise ValueError(f"bad retry policy: {self}")
+
+    def delays_s(self) -> Iterator[float]:
+        delay = self.first_delay_s
+        for _ in range(self.attempts - 1):
+            yield delay
+            delay = min(delay * 2, self.max_delay_s)
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03"})
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether `error` is a database error a retry of the transaction can cure."""
+    if isinstance(error, DBAPIError):
+        if error.connection_invalidated:
+            return True
+        error = error.orig if error.orig is not None else error
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        psycopg = None  # type: ignore[assignment]
+    if psycopg is not None and isinstance(error, psycopg.Error):
+        sqlstate = error.sqlstate
+        if sqlstate is None:  # raised by the client: the connection failed or was lost
+            return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+        return sqlstate in _TRANSIENT_SQLSTATES or sqlstate.startswith("08")
+    import sqlite3
+
+    if isinstance(error, sqlite3.OperationalError):
+        message = str(error).lower()
+        return "database is locked" in message or "database is busy" in message
+    return False
+
+
+def run_transaction(
+    engine: Engine,
+    work: Callable[[Session], T],
+    *,
+    policy: RetryPolicy = DEFAULT_RETRY,
+    what: str = "transaction",
+) -> T:
+    """`work(session)` in one transaction (`session_scope`), retried with exponential
+    backoff while it fails with a transient error; the last error is raised when the tries
+    are spent. Each try gets a fresh session (the pool's dead connections are dropped)."""
+    delays = policy.delays_s()
+    while True:
+        try:
+            with session_scope(engine) as session:
+                return work(session)
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            delay = next(delays, None)
+            if delay is None:
+                raise
+            log.warning(
+                "%s: transient database error, retrying in %.1f s: %s",
+                what,
+                delay,
+                str(error).splitlines()[0][:300] if str(error) else type(error).__name__,
+            )
+            if error_invalidates_pool(error):
+                engine.dispose()
+            time.sleep(delay)
+
+
+def error_invalidates_pool(error: BaseException) -> bool:
+    """A lost connection makes the pool's other connections suspect too (a restarted server
+    dropped them all); a serialization failure or a lock does not."""
+    return isinstance(error, DBAPIError) and bool(error.connection_invalidated)
 
 
 def upgrade_database(engine: Engine, revision: str = "head") -> None:
