@@ -3,6 +3,12 @@
 A checkpoint is written to a temporary sibling directory and `os.replace`d into place, so
 the target path either holds a complete checkpoint or does not exist. Registering the
 version is the caller's job, after this returns.
+
+What a crash leaves behind (a temporary directory a SIGKILL interrupted, a checkpoint renamed
+into place but never registered, which the next update moves aside as
+`<name>.unregistered-<time>`) is removed by `remove_stale_checkpoints` once older than a day:
+the day leaves a person time to look at it, and keeps a checkpoint another process may
+still be writing out of reach.
 """
 
 from __future__ import annotations
@@ -11,8 +17,9 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +84,52 @@ def load_policy(
 def _require_dir(path: Path, what: str) -> None:
     if not Path(path).is_dir():
         raise FileNotFoundError(f"{what} {path} does not exist")
+
+
+STALE_CHECKPOINT_AGE_S = 86_400.0
+"""Temporary and unregistered checkpoint directories older than this are removed."""
+
+
+def stale_checkpoints(
+    directory: Path,
+    registered: Iterable[Path],
+    *,
+    max_age_s: float = STALE_CHECKPOINT_AGE_S,
+    now_s: float | None = None,
+) -> list[Path]:
+    """Directories in `directory` (one agent's checkpoints) left by crashed updates and not
+    touched for `max_age_s`: temporary `.<name>.tmp-*` directories and `*.unregistered-*`
+    directories, never a registered version's path. A `v<n>` checkpoint that is not
+    registered is left to the next update, which moves it aside (it may belong to another
+    database sharing this folder)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    keep = {Path(p).resolve() for p in registered}
+    now_s = time.time() if now_s is None else now_s
+    found = []
+    for entry in sorted(directory.iterdir()):
+        if not entry.is_dir() or entry.is_symlink() or entry.resolve() in keep:
+            continue
+        name = entry.name
+        crashed = (name.startswith(".") and ".tmp-" in name) or ".unregistered-" in name
+        if crashed and now_s - entry.stat().st_mtime > max_age_s:
+            found.append(entry)
+    return found
+
+
+def remove_stale_checkpoints(
+    directory: Path,
+    registered: Iterable[Path],
+    *,
+    max_age_s: float = STALE_CHECKPOINT_AGE_S,
+    now_s: float | None = None,
+) -> list[Path]:
+    """Remove `stale_checkpoints(...)`; returns what was removed."""
+    removed = stale_checkpoints(directory, registered, max_age_s=max_age_s, now_s=now_s)
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
 
 
 def require_free_target(target: Path) -> None:
