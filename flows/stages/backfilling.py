@@ -11,7 +11,8 @@ Decisions: the reward functions are handed the rollout's answer (p_yes, choice, 
 parse status), not its token arrays or turns, which they do not read. A question whose
 outcome a reward function rejects (a binary question resolved to 0.5) is reported in
 `errors` and as a pipeline event; its rollouts stay queued and the rest of the batch goes on.
-Each batch of `batch_size` rollouts is its own transaction, so a crash keeps what was scored.
+Each batch of `batch_size` rollouts is its own transaction, so a crash keeps what was scored;
+a transient database error retries the batch's write of the rewards already computed.
 With `revealed_by` (a backtest's clock) only outcomes resolved by then are scored or voided;
 the rest stay queued for a later day.
 """
@@ -21,12 +22,15 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
 
 from flows.context import PipelineContext
 from flows.stages.problems import Problems
 from futureworld.domain import Outcome, Question, QuestionKind, Reward, Trajectory, utc_now
 from futureworld.rewards import REWARD_FUNCTIONS, applicable_rewards, rewards_for_kind
-from storage.engine import session_scope
+from storage.engine import run_transaction
 from storage.repositories.questions import list_questions
 from storage.repositories.rewards import (
     ApplicableRewards,
@@ -63,24 +67,42 @@ def backfill_rewards(
     applicable = reward_functions_by_kind()
     report = BackfillReport()
     problems = Problems(ctx.run_key, "backfill")
-    with session_scope(engine) as session:
-        pending = rollouts_pending_rewards(session, applicable, as_of=revealed_by)
+    pending = run_transaction(
+        engine,
+        lambda session: rollouts_pending_rewards(session, applicable, as_of=revealed_by),
+        what="backfill: pending rollouts",
+    )
     questions: dict[int, Question] = {}
     for start in range(0, len(pending), batch_size):
         chunk = pending[start : start + batch_size]
-        with session_scope(engine) as session:
+
+        def read(session: Session, chunk: list[PendingScore] = chunk) -> tuple[Any, Any]:
             missing = sorted({p.question_id for p in chunk} - questions.keys())
             questions.update((q.id, q) for q in list_questions(session, ids=missing))
             outcomes = outcome_revisions(
                 session, {(p.question_id, p.outcome_revision) for p in chunk}
             )
-            answers = rollout_answers(session, [p.rollout_id for p in chunk])
-            rewards, scored = _score(chunk, questions, outcomes, answers, problems)
-            report.rewards_inserted += insert_rewards(session, rewards)
-            report.rollouts_scored += len(scored)
+            return outcomes, rollout_answers(session, [p.rollout_id for p in chunk])
+
+        # Read, score in memory, write: a transient error retries the write of the same
+        # rewards (kept in memory), and the reward key makes the write exactly once.
+        outcomes, answers = run_transaction(engine, read, what="backfill: read chunk")
+        rewards, scored = _score(chunk, questions, outcomes, answers, problems)
+
+        def write(
+            session: Session, rewards: list[Reward] = rewards, scored: list[PendingScore] = scored
+        ) -> int:
+            inserted = insert_rewards(session, rewards)
             settle_backfill_queue(session, scored)
-    with session_scope(engine) as session:
-        report.rewards_voided = void_annulled_rewards(session, as_of=revealed_by)
+            return inserted
+
+        report.rewards_inserted += run_transaction(engine, write, what="backfill: write rewards")
+        report.rollouts_scored += len(scored)
+    report.rewards_voided = run_transaction(
+        engine,
+        lambda session: void_annulled_rewards(session, as_of=revealed_by),
+        what="backfill: void annulled",
+    )
     if problems.events:
         report.errors = problems.lines
         problems.save(engine)

@@ -12,7 +12,18 @@ Poison isolation: a question that cannot be forecast (its prompt too long even a
 rule, a generation error, a persistence error) is recorded as an error event of the predict
 stage (source `q<question>-a<agent>`, kind and reason) and skipped; the run goes on. A
 question with `settings.predict_max_failures` such failures for the agent is parked: no
-longer claimed, listed in the report, until its events are cleared."""
+longer claimed, listed in the report, until its events are cleared.
+
+Transient database errors (a lost connection, a server restart, a serialization failure) are
+not poison: every transaction of the run goes through `storage.engine.run_transaction`,
+which retries it with backoff. A completed group stays in memory while its write is retried
+and is persisted after the reconnect; only when the retries are spent does the run fail.
+
+Across hosts: a claim names its worker (`settings.worker_id`, default host:pid) and carries a
+lease of `settings.claim_lease_s`, renewed each time this worker claims more work. A dead
+worker on this host is detected by pid at the start of a run; one on another host by its
+expired lease, after which any worker takes the group over. A late write of the first worker
+is absorbed by the rollouts' idempotency keys, and it frees only the claims it still holds."""
 
 from __future__ import annotations
 
@@ -23,11 +34,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from flows.context import PipelineContext
 from flows.forecasters import FORECASTERS, Work
 from futureworld.domain import Question, Trajectory, utc_now
-from storage.engine import session_scope
+from storage.engine import is_transient, run_transaction
 from storage.repositories.events import PipelineEvent, record_events
 from storage.repositories.questions import list_questions, open_questions_at
 from storage.repositories.rollouts import (
@@ -40,6 +52,7 @@ from storage.repositories.rollouts import (
     prediction_failures,
     release_claims,
     release_worker_claims,
+    renew_claims,
 )
 
 log = logging.getLogger(__name__)
@@ -66,9 +79,14 @@ def release_dead_local_claims(engine: Engine) -> int:
     """Free the claims of predict workers on this host whose process is gone (killed midway),
     so a rerun picks their groups up at once instead of waiting for the lease to expire."""
     host = socket.gethostname()
-    with session_scope(engine) as session:
-        dead = [w for w in claim_workers(session, f"{host}:") if not _alive(w.rsplit(":", 1)[1])]
-        return release_worker_claims(session, dead)
+
+    def release(session: Session) -> int:
+        workers = claim_workers(session, f"{host}:")
+        return release_worker_claims(
+            session, [w for w in workers if not _alive(w.rsplit(":", 1)[1])]
+        )
+
+    return run_transaction(engine, release, what="predict: release dead claims")
 
 
 def _alive(pid: str) -> bool:
@@ -99,9 +117,14 @@ def predict(
     agent = ctx.agent(agent_name)
     assert agent.id is not None
     version = ctx.current_version(agent)
-    with session_scope(engine) as session:
-        candidates = [q.id for q in open_questions_at(session, ctx.as_of)]
-        failures = prediction_failures(session, agent.id)
+    candidates, failures = run_transaction(
+        engine,
+        lambda session: (
+            [q.id for q in open_questions_at(session, ctx.as_of)],
+            prediction_failures(session, agent.id),
+        ),
+        what="predict: open questions",
+    )
     parked = [q for q in candidates if failures.get(q, 0) >= max_failures]
     if parked:
         log.warning(
@@ -170,7 +193,20 @@ class _PredictRun:
     def claim(
         self, pending: list[int], batch: int
     ) -> tuple[list[int], dict[int, Question], dict[int, set[int]]]:
-        with session_scope(self.ctx.engine) as session:
+        lease_s = self.ctx.settings.claim_lease_s
+
+        def claim(session: Session) -> tuple[list[int], dict[int, Question], dict[int, set[int]]]:
+            now = utc_now()
+            if self.held:  # Heartbeat: the groups still in flight keep their lease.
+                renew_claims(
+                    session,
+                    sorted(self.held),
+                    agent_id=self.agent_id,
+                    policy_version=self.policy_version,
+                    worker=self.worker,
+                    lease_s=lease_s,
+                    now=now,
+                )
             claimed = claim_questions(
                 session,
                 pending,
@@ -178,41 +214,60 @@ class _PredictRun:
                 policy_version=self.policy_version,
                 samples=self.samples,
                 worker=self.worker,
-                lease_s=self.ctx.settings.claim_lease_s,
+                lease_s=lease_s,
                 limit=batch,
-                now=utc_now(),
+                now=now,
             )
             have = existing_samples(session, claimed, self.agent_id, self.policy_version)
             questions = {q.id: q for q in list_questions(session, ids=claimed)}
+            return claimed, questions, have
+
+        claimed, questions, have = run_transaction(
+            self.ctx.engine, claim, what="predict: claim questions"
+        )
         self.held.update(claimed)
         return claimed, questions, have
 
     def release(self, question_ids: list[int]) -> None:
         if not question_ids:
             return
-        with session_scope(self.ctx.engine) as session:
-            release_claims(
+        run_transaction(
+            self.ctx.engine,
+            lambda session: release_claims(
                 session,
                 question_ids,
                 agent_id=self.agent_id,
                 policy_version=self.policy_version,
-            )
+                worker=self.worker,
+            ),
+            what="predict: release claims",
+        )
         self.held.difference_update(question_ids)
 
     def persist(self, question: Question, group: list[Trajectory]) -> None:
-        """Store one complete group and free its claim, in one transaction; a group that
-        cannot be stored is recorded as a failure instead."""
+        """Store one complete group and free its claim, in one transaction, retried on a
+        transient error (the group waits in memory); a group that cannot be stored for any
+        other reason is recorded as a failure instead."""
         assert question.id is not None
+
+        def store(session: Session) -> int:
+            inserted = insert_rollouts(session, group)
+            release_claims(
+                session,
+                [question.id],
+                agent_id=self.agent_id,
+                policy_version=self.policy_version,
+                worker=self.worker,
+            )
+            return inserted
+
         try:
-            with session_scope(self.ctx.engine) as session:
-                inserted = insert_rollouts(session, group)
-                release_claims(
-                    session,
-                    [question.id],
-                    agent_id=self.agent_id,
-                    policy_version=self.policy_version,
-                )
+            inserted = run_transaction(
+                self.ctx.engine, store, what=f"predict: persist question {question.id}"
+            )
         except Exception as error:  # This group only: the run goes on.
+            if is_transient(error):
+                raise  # The database stayed away past the retries: the run fails.
             self.fail(question, "persist_error", f"{type(error).__name__}: {error}")
             return
         self.held.discard(question.id)
@@ -234,8 +289,9 @@ class _PredictRun:
         assert question.id is not None
         if level == "error":
             log.warning("predict: question %s %s: %s", question.id, kind, detail)
-        with session_scope(self.ctx.engine) as session:
-            record_events(
+        run_transaction(
+            self.ctx.engine,
+            lambda session: record_events(
                 session,
                 [
                     PipelineEvent(
@@ -247,4 +303,6 @@ class _PredictRun:
                         level=level,
                     )
                 ],
-            )
+            ),
+            what="predict: record failure",
+        )

@@ -2,6 +2,12 @@
 the predict-time claim protocol (`FOR UPDATE SKIP LOCKED` on Postgres), and the count of a
 question's failed prediction attempts (pipeline events of the predict stage).
 
+Claims across hosts: a claim names its worker (`host:pid` by default, or the configured
+worker id, which names the host) and carries a lease. A claim whose lease expired is taken
+over by the next worker that asks, whichever host it runs on; the first worker may still
+write the group late, which the idempotency keys absorb (exactly once), and it frees only
+claims it still holds.
+
 Turn text is decoded from tokens, so it may hold any character, NUL included, which
 Postgres text columns refuse: NUL is stored as U+FFFD in turn text and tool arguments (the
 token ids stay the truth; SQLite stores the same, so both databases read back alike)."""
@@ -15,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.errors import UniqueViolation
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -390,15 +396,56 @@ def claim_questions(
 
 
 def release_claims(
-    session: Session, question_ids: Sequence[int], *, agent_id: int, policy_version: int
-) -> None:
-    session.execute(
+    session: Session,
+    question_ids: Sequence[int],
+    *,
+    agent_id: int,
+    policy_version: int,
+    worker: str,
+) -> int:
+    """Drop this worker's claims on these questions. A claim another worker took over after
+    this one's lease expired is left alone: the late worker's write of the same group is
+    absorbed by the rollouts' idempotency keys, and the new holder finishes and frees it."""
+    result = session.execute(
         delete(PredictionClaimRow).where(
             PredictionClaimRow.agent_id == agent_id,
             PredictionClaimRow.policy_version == policy_version,
             PredictionClaimRow.question_id.in_(list(question_ids)),
+            PredictionClaimRow.worker == worker,
         )
     )
+    return int(result.rowcount or 0)
+
+
+def renew_claims(
+    session: Session,
+    question_ids: Sequence[int],
+    *,
+    agent_id: int,
+    policy_version: int,
+    worker: str,
+    lease_s: float,
+    now: datetime | None = None,
+) -> int:
+    """Extend this worker's live claims on these questions to `now + lease_s` (a heartbeat
+    of a worker still generating them). Returns how many it still holds."""
+    now = now or utc_now()
+    result = session.execute(
+        update(PredictionClaimRow)
+        .where(
+            PredictionClaimRow.agent_id == agent_id,
+            PredictionClaimRow.policy_version == policy_version,
+            PredictionClaimRow.question_id.in_(list(question_ids)),
+            PredictionClaimRow.worker == worker,
+        )
+        .values(lease_expires_at=now + timedelta(seconds=lease_s))
+    )
+    return int(result.rowcount or 0)
+
+
+def held_claims(session: Session) -> int:
+    """Claims held right now, by any worker (0 when every predict run has finished)."""
+    return int(session.scalar(select(func.count()).select_from(PredictionClaimRow)) or 0)
 
 
 def claim_workers(session: Session, prefix: str) -> list[str]:
