@@ -46,7 +46,9 @@ class Forecaster(Protocol):
 
 class LoopForecaster:
     """An LLM agent: the research loop through the rollout engine, on the policy version's
-    backend, searching the corpus as of the question's cut-off. Rollout i of a question is
+    backend. A forecast is made as of the run's instant (`ctx.as_of`: now when live, the
+    simulated clock in a backtest) and its search sees the corpus as of then, never past the
+    question's close (the engine clamps to `close_at`). Rollout i of a question is
     seeded by a hash of (the agent's seed, question, version, i), so a rerun of a partial
     group reproduces exactly the samples it lacks, whatever else is in the batch."""
 
@@ -57,6 +59,7 @@ class LoopForecaster:
         assert agent.id is not None
         self._settings = agent.generation
         self._version = version.version
+        self._as_of = ctx.as_of
         self._engine = RolloutEngine(
             ctx.backend(agent, version),
             ctx.corpus,
@@ -78,7 +81,7 @@ class LoopForecaster:
                         rollout_seed(self._settings.seed, question.id, self._version, i)
                         for i in missing
                     ),
-                    as_of=question.info_cutoff_at,
+                    as_of=self._as_of,
                 )
 
         def failed(failure: GroupFailure) -> None:

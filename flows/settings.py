@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     predict_max_failures: int = 3
     """Failed prediction attempts (prompt too long, generation or persistence error) after
     which predict parks a question for that agent: reported, no longer retried."""
+    reforecast_every_days: float | None = None
+    """Re-forecast a still-open question when its agent's newest forecast of it is at least
+    this many days old and a newer policy version exists; unset: each question is forecast
+    once per agent (flows.stages.predicting, storage.repositories.reforecasts)."""
 
     @field_validator("feeds", mode="before")
     @classmethod

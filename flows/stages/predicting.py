@@ -42,6 +42,7 @@ from futureworld.domain import Question, Trajectory, utc_now
 from storage.engine import is_transient, run_transaction
 from storage.repositories.events import PipelineEvent, record_events
 from storage.repositories.questions import list_questions, open_questions_at
+from storage.repositories.reforecasts import questions_due
 from storage.repositories.rollouts import (
     PREDICT_STAGE,
     claim_questions,
@@ -107,9 +108,10 @@ def predict(
     limit: int | None = None,
     on_group: Callable[[int], None] | None = None,
 ) -> PredictReport:
-    """Forecast every question open at `ctx.as_of` that this agent's current policy version
-    has not forecast yet (or has fewer than `samples` rollouts for), at most `limit`
-    questions. `on_group(n_rollouts)` is called after each persisted group (progress)."""
+    """Forecast every question open at `ctx.as_of` that this agent has not forecast yet (or
+    whose current version's group has fewer than `samples` rollouts), plus, with
+    `settings.reforecast_every_days`, those whose newest forecast is that old, at most
+    `limit` questions. `on_group(n_rollouts)` is called after each persisted group (progress)."""
     engine = ctx.engine
     worker = ctx.settings.worker_id or default_worker_id()
     max_failures = ctx.settings.predict_max_failures
@@ -120,7 +122,14 @@ def predict(
     candidates, failures = run_transaction(
         engine,
         lambda session: (
-            [q.id for q in open_questions_at(session, ctx.as_of)],
+            questions_due(
+                session,
+                [q.id for q in open_questions_at(session, ctx.as_of) if q.id is not None],
+                agent_id=agent.id,
+                policy_version=version.version,
+                as_of=ctx.as_of,
+                every_days=ctx.settings.reforecast_every_days,
+            ),
             prediction_failures(session, agent.id),
         ),
         what="predict: open questions",

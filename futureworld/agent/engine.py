@@ -77,7 +77,7 @@ class GroupJob:
     seeds: tuple[int, ...]
     """One rollout seed per sample index."""
     as_of: datetime
-    """The forecast's instant; search sees min(as_of, question.info_cutoff_at)."""
+    """The forecast's instant; search sees the corpus as of min(as_of, question.close_at)."""
 
     def __post_init__(self) -> None:
         if self.question.id is None:
@@ -257,7 +257,8 @@ class RolloutEngine:
     def _start(self, job: GroupJob, on_failure: OnFailure, stats: EngineStats) -> _Group | None:
         """Encode (and if need be cut) the job's prompt; a prompt that cannot fit fails."""
         question = job.question
-        search_as_of = min(job.as_of, question.info_cutoff_at)
+        closed = question.close_at
+        search_as_of = job.as_of if closed is None else min(job.as_of, closed)
         self._orders += 1
         try:
             fitted = fit_prompt(

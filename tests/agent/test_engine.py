@@ -71,7 +71,8 @@ def _reference_rollouts(
 ) -> list[Rollout]:
     """The slow loop: each rollout alone, each turn one `generate` call of one prompt."""
     tokenizer = backend.tokenizer
-    as_of = min(job.as_of, job.question.info_cutoff_at)
+    closed = job.question.close_at
+    as_of = job.as_of if closed is None else min(job.as_of, closed)
     prompt = encode_prompt(tokenizer, job.question, as_of=as_of)
     frame = observation_frame(tokenizer)
     out = []
