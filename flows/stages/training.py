@@ -33,6 +33,7 @@ from flows.stages.lineage import (
     model_and_adapter,
     registered_version,
 )
+from flows.stages.provisional import with_provisional_groups
 from futureworld.domain import (
     Agent,
     PolicyVersion,
@@ -247,6 +248,18 @@ def replay_and_train(
             reuse=options.reuse,
             as_of=revealed_by,
         )
+        if options.estimator is Estimator.SIOP:
+            # Unresolved groups too, on their provisional rewards (flows.stages.provisional).
+            batch = with_provisional_groups(
+                session,
+                batch,
+                agent.id,
+                reward_fns=[str(config.reward_fn)],
+                current_version=parent.version,
+                as_of=revealed_by or ctx.as_of,
+                max_groups=options.max_groups,
+                reuse=options.reuse,
+            )
     if len(batch.groups) < max(options.min_groups, 1):
         return None
     rollouts = batch.rollouts

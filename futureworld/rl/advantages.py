@@ -5,6 +5,10 @@ and the config; `compute_advantages` groups, dispatches through `ADVANTAGE_ESTIM
 counts skipped groups. Tokens with loss mask 0 (observations) always get advantage 0.
 SFT has no baseline to share, so there every trajectory is a group of its own (the unit an
 optimiser step counts).
+
+With re-forecasts on, one question can have several groups (one per policy version that
+forecast it) in the same update; `compute_advantages` then weighs each group by 1/(the
+number of that question's groups), so replay weighs questions, not groups, equally.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from futureworld.domain import MIN_GROUP_SIZE, ScoredRollout
-from futureworld.rewards import UNPARSEABLE_REWARD
 from futureworld.rl.config import Estimator, Objective, TrainConfig
 
 TokenAdvantages = list[np.ndarray]
@@ -117,47 +120,55 @@ def forecast_info_gain(
     return out
 
 
-def siop_consensus(p_yes: np.ndarray) -> float:
-    """Reliability-weighted consensus ŷ = Σ w_i p_i / Σ w_i of a group's forecasts.
+SIOP_PRIOR_BRIER = 0.25
+"""siop reliability: the Brier a version is assumed to have before any of its forecasts
+resolved (that of the uninformed 0.5 forecast)."""
+SIOP_PRIOR_WEIGHT = 10.0
+"""siop reliability: how many resolved forecasts the prior Brier counts as."""
 
-    Reliability of member i is its agreement with the rest of the group:
-        w_i = 1 − |p_i − mean_{j≠i} p_j|  ∈ [0, 1],
-    so an outlier counts less than the forecasts that corroborate each other. Falls back
-    to the plain mean when every weight is 0 (e.g. G = 2 forecasts at 0 and 1).
+
+def siop_reliability(brier_sum: float, n_resolved: int) -> float:
+    """Reliability weight of a policy version's forecasts: the inverse of its shrunk Brier,
+        w_v = 1 / B̃_v,   B̃_v = (Σ_resolved (p − y)² + n₀ · 0.25) / (n_v + n₀),   n₀ = 10,
+    over the version's parsed forecasts whose outcome is known. Inverse mean squared error is
+    the inverse-variance weight of combining unbiased forecasts (Bates & Granger 1969, "The
+    Combination of Forecasts"); the shrinkage keeps a version with few resolved forecasts
+    near the uninformed weight 4 instead of trusting a lucky handful."""
+    shrunk = (brier_sum + SIOP_PRIOR_WEIGHT * SIOP_PRIOR_BRIER) / (n_resolved + SIOP_PRIOR_WEIGHT)
+    return 1.0 / shrunk
+
+
+def siop_consensus(
+    pool_p_yes: np.ndarray, pool_weights: np.ndarray, own_p_yes: np.ndarray, own_weights: np.ndarray
+) -> np.ndarray:
+    """Leave-one-out, reliability-weighted consensus for each member of a group.
+
+    The pool is every parsed forecast of the question by the agent at the group's version or
+    earlier (the group included), with weights w_j (`siop_reliability` of its version); a
+    member i of the pool gets
+        ŷ_{−i} = (Σ_j w_j p_j − w_i p_i) / (Σ_j w_j − w_i),
+    so its own forecast never votes on its pseudo-label. Shapes: pool (N,), own (G,) → (G,);
+    NaN where no other forecast is left (a lone forecast has no consensus).
     """
-    g = len(p_yes)
-    others = (p_yes.sum() - p_yes) / (g - 1)
-    weights = 1.0 - np.abs(p_yes - others)
-    if weights.sum() <= 0:
-        return float(p_yes.mean())
-    return float((weights * p_yes).sum() / weights.sum())
+    total = float((pool_weights * pool_p_yes).sum())
+    weight = float(pool_weights.sum())
+    others = weight - own_weights
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(others > 0, (total - own_weights * own_p_yes) / others, np.nan)
 
 
 def siop(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages | None:
-    """Label-free provisional advantages for groups whose question has not resolved.
-
-    Without an outcome (every `outcome_value` is None) the consensus ŷ (see
-    `siop_consensus`) of the parsed forecasts stands in for y:
-        R_i = −(p_i − ŷ)²  (or −1.25 when rollout i has no parsed p),  A_i = R_i − mean R.
-    Groups with a real outcome use their stored rewards (dr_grpo). Consensus as a
-    pseudo-label follows test-time RL (Zuo et al. 2025, "TTRL", arXiv:2504.16084).
-    Replacing these provisional updates once the real reward arrives is the caller's job.
+    """Self-improving with provisional rewards: A_i = R_i − mean_j R_j, where R_i is the real
+    reward once the outcome is known and, before, the provisional one stored by the
+    provisional-rewards stage (flows.stages.provisional): the expected reward under the
+    leave-one-out consensus ŷ_{−i} (`siop_consensus`) standing in for P(y = 1),
+        R̂_i = ŷ_{−i} R(p_i, 1) + (1 − ŷ_{−i}) R(p_i, 0)   (Brier: −(p_i − ŷ_{−i})² − ŷ(1 − ŷ)).
+    Consensus as a pseudo-label follows test-time RL (Zuo et al. 2025, "TTRL",
+    arXiv:2504.16084); leaving the rollout out keeps its own answer from rewarding itself.
+    The estimator itself is dr_grpo: what makes it siop is which groups replay selects
+    (unresolved ones with provisional rewards, voided and replayed for real on resolution).
     """
-    if any(r.outcome_value is not None for r in group):
-        return dr_grpo(group, config)
-    parsed = [r.trajectory.p_yes for r in group if r.trajectory.p_yes is not None]
-    if len(parsed) < 2:
-        return None
-    y_hat = siop_consensus(np.asarray(parsed, dtype=np.float64))
-    rewards = np.asarray(
-        [
-            UNPARSEABLE_REWARD
-            if r.trajectory.p_yes is None
-            else -((r.trajectory.p_yes - y_hat) ** 2)
-            for r in group
-        ]
-    )
-    return _broadcast(group, rewards - rewards.mean())
+    return dr_grpo(group, config)
 
 
 def sft(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages | None:
@@ -206,16 +217,40 @@ def compute_advantages(rollouts: Sequence[ScoredRollout], config: TrainConfig) -
     kept: list[ScoredRollout] = []
     advantages: list[np.ndarray] = []
     sizes: list[int] = []
+    used: list[list[ScoredRollout]] = []
     skipped = 0
     for group in groups:
         result = estimator(group, config)
         if result is None:
             skipped += 1
             continue
+        used.append(group)
         kept.extend(group)
         advantages.extend(result)
         sizes.append(len(group))
+    if config.objective is Objective.DECOUPLED_PPO:
+        advantages = _per_question(used, advantages)
     return Advantages(tuple(kept), tuple(advantages), tuple(sizes), skipped)
+
+
+def _per_question(
+    groups: Sequence[Sequence[ScoredRollout]], advantages: list[np.ndarray]
+) -> list[np.ndarray]:
+    """Each question weighs the same in an update, however many groups it has: a group's
+    advantages are scaled by 1/k, k = the groups of its (question, agent) in the update (k > 1
+    only when re-forecasts are on). The PPO term is linear in A for a fixed sign, so this is
+    a per-group loss weight; the step's token normaliser is unchanged."""
+    per_question: dict[tuple[int, int], int] = {}
+    for group in groups:
+        question, agent, _version = group[0].trajectory.group_key
+        per_question[(question, agent)] = per_question.get((question, agent), 0) + 1
+    out: list[np.ndarray] = []
+    rollouts = iter(advantages)
+    for group in groups:
+        question, agent, _version = group[0].trajectory.group_key
+        scale = np.float32(1.0 / per_question[(question, agent)])
+        out.extend(next(rollouts) * scale if scale != 1 else next(rollouts) for _ in group)
+    return out
 
 
 ADVANTAGE_ESTIMATORS: dict[Estimator, AdvantageFn] = {

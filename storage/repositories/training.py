@@ -161,7 +161,8 @@ def record_train_steps(session: Session, steps: Sequence[TrainStep]) -> None:
 def record_consumption(
     session: Session, run_id: int, agent_id: int, rollouts: Sequence[ScoredRollout]
 ) -> None:
-    """Mark the rollouts (under their outcome revisions) as trained on by this run."""
+    """Mark the rollouts (under their outcome revisions) as trained on by this run; a rollout
+    trained on its provisional reward (revision 0) is recorded as provisional."""
     if not rollouts:
         return
     session.execute(
@@ -173,7 +174,8 @@ def record_consumption(
                     "agent_id": agent_id,
                     "rollout_id": r.trajectory.id,
                     "outcome_revision": r.outcome_revision,
-                    "provisional": False,
+                    # Revision 0 is a provisional reward's (storage.repositories.provisional).
+                    "provisional": r.outcome_revision == 0,
                 }
                 for r in rollouts
             ]

@@ -12,6 +12,7 @@ from futureworld.rl.advantages import (
     ADVANTAGE_ESTIMATORS,
     compute_advantages,
     siop_consensus,
+    siop_reliability,
 )
 from futureworld.rl.config import Estimator, TrainConfig
 from tests.rl.rl_builders import make_rollout
@@ -86,31 +87,65 @@ def test_forecast_info_gain_skips_groups_without_an_outcome():
     assert (out.groups_used, out.groups_skipped, out.rollouts) == (0, 1, ())
 
 
-def test_siop_consensus_down_weights_the_outlier():
-    # others' means 0.75, 0.7, 0.65 → weights 0.85, 1.0, 0.85 → ŷ = 1.89 / 2.7
-    assert siop_consensus(np.array([0.6, 0.7, 0.8])) == pytest.approx(0.7)
-    assert siop_consensus(np.array([0.1, 0.1, 0.9])) < np.mean([0.1, 0.1, 0.9])
+def test_siop_reliability_is_the_inverse_shrunk_brier():
+    # No resolved forecast: the prior Brier 0.25 → weight 4.
+    assert siop_reliability(0.0, 0) == pytest.approx(4.0)
+    # Σ brier 1.0 over 10 forecasts, shrunk with 10 × 0.25: (1 + 2.5) / 20 = 0.175.
+    assert siop_reliability(1.0, 10) == pytest.approx(1 / 0.175)
+    # A version that forecast better weighs more.
+    assert siop_reliability(0.5, 10) > siop_reliability(2.0, 10)
 
 
-def test_siop_rewards_agreement_with_the_consensus_before_resolution():
-    rollouts = _group([9.0, 9.0, 9.0, 9.0], p_yes=[0.6, 0.7, 0.8, None], outcome_value=None)
-    rollouts[3] = make_rollout(
-        sample_index=3,
-        reward=9.0,
-        completion=(0, 1, 2),
-        mask=(1, 0, 1),
-        p_yes=None,
-        outcome_value=None,
+def test_siop_consensus_leaves_the_rollout_out_and_weighs_by_reliability():
+    # Pool: an earlier version's two forecasts (weight 2) and the group's three (weight 5).
+    pool_p = np.array([0.2, 0.4, 0.6, 0.7, 0.9])
+    pool_w = np.array([2.0, 2.0, 5.0, 5.0, 5.0])
+    own_p, own_w = pool_p[2:], pool_w[2:]
+    got = siop_consensus(pool_p, pool_w, own_p, own_w)
+    for i, member in enumerate(range(2, 5)):
+        others = [j for j in range(5) if j != member]
+        want = sum(pool_w[j] * pool_p[j] for j in others) / sum(pool_w[j] for j in others)
+        assert got[i] == pytest.approx(want)
+    # e.g. the first member: (0.4 + 0.8 + 3.5 + 4.5) / 14
+    assert got[0] == pytest.approx(9.2 / 14)
+
+
+def test_siop_consensus_of_a_lone_forecast_is_undefined():
+    got = siop_consensus(np.array([0.3]), np.array([4.0]), np.array([0.3]), np.array([4.0]))
+    assert np.isnan(got).all()
+
+
+def test_siop_is_dr_grpo_on_the_rewards_replay_hands_it():
+    # Provisional rewards (no outcome yet) and real ones alike: A = R − mean R.
+    provisional = _advantages(_group([-0.01, -0.09], outcome_value=None), Estimator.SIOP)
+    np.testing.assert_allclose(
+        [a[0] for a in provisional.token_advantages], [0.04, -0.04], atol=1e-6
     )
-    out = _advantages(rollouts, Estimator.SIOP)
-    # ŷ over the parsed three = 0.7; R = −0.01, 0, −0.01, −1.25; mean = −0.3175
-    expected = np.array([-0.01, 0.0, -0.01, -1.25]) + 0.3175
-    np.testing.assert_allclose([a[0] for a in out.token_advantages], expected, atol=1e-6)
-
-
-def test_siop_uses_real_rewards_once_the_outcome_is_known():
     real = _advantages(_group([-0.04, -0.36]), Estimator.SIOP)
     np.testing.assert_allclose([a[0] for a in real.token_advantages], [0.16, -0.16], atol=1e-6)
+
+
+def test_each_question_weighs_the_same_however_many_groups_it_has():
+    def group(question_id, version, rewards):
+        return [
+            make_rollout(
+                question_id=question_id,
+                policy_version=version,
+                sample_index=i,
+                reward=r,
+                completion=(0, 1),
+                mask=(1, 1),
+            )
+            for i, r in enumerate(rewards)
+        ]
+
+    # Question 1 re-forecast by versions 0 and 1, question 2 forecast once.
+    rollouts = [*group(1, 0, [0.0, -0.4]), *group(2, 0, [0.0, -0.4]), *group(1, 1, [-0.1, -0.5])]
+    out = _advantages(rollouts, Estimator.DR_GRPO)
+    assert out.group_sizes == (2, 2, 2)
+    first = [a[0] for a in out.token_advantages]
+    # dr_grpo gives ±0.2 in each group; question 1's two groups count 1/2 each.
+    np.testing.assert_allclose(first, [0.1, -0.1, 0.2, -0.2, 0.1, -0.1], atol=1e-6)
 
 
 def test_groups_come_out_whole_and_consecutive_in_first_appearance_order():

@@ -1,0 +1,191 @@
+"""The provisional-rewards stage (siop) on real Postgres and SQLite: leave-one-out,
+reliability-weighted consensus of the group's and earlier versions' forecasts, written once as
+provisional rewards at revision 0; voided when the outcome is revealed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+
+from flows.stages.provisional import write_provisional_rewards
+from futureworld.domain import (
+    Agent,
+    Outcome,
+    OutcomeStatus,
+    ParseStatus,
+    PolicyVersion,
+    Question,
+    Trajectory,
+)
+from futureworld.rewards import UNPARSEABLE_REWARD
+from futureworld.rl.advantages import siop_reliability
+from storage.engine import session_scope
+from storage.repositories.agents import ensure_agent, register_policy_version
+from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
+from storage.repositories.rollouts import insert_rollouts
+from storage.tables import RewardRow, RolloutRow
+from tests.flows.conftest import make_context
+
+T0 = datetime(2026, 3, 1, 6, tzinfo=UTC)
+
+
+def _question(name: str) -> Question:
+    return Question(
+        source="test",
+        external_id=name,
+        title=f"Will {name} happen?",
+        created_at=T0,
+        info_cutoff_at=T0,
+        close_at=T0 + timedelta(days=6),
+    )
+
+
+def _rollout(question_id: int, agent_id: int, version: int, sample: int, p: float | None):
+    return Trajectory(
+        question_id=question_id,
+        agent_id=agent_id,
+        policy_version=version,
+        sample_index=sample,
+        p_yes=p,
+        parse_status=ParseStatus.OK if p is not None else ParseStatus.MISSING,
+        as_of=T0 + timedelta(days=version),
+    )
+
+
+def _world(engine) -> tuple[int, int, int]:
+    """Agent with versions 0 and 1; `open` forecast by both, `done` by version 0 and resolved
+    yes at T0 + 1 day (version 0's track record)."""
+    with session_scope(engine) as session:
+        upsert_questions(session, [_question("open"), _question("done")])
+        ids = {q.external_id: q.id for q in list_questions(session)}
+        agent = ensure_agent(session, Agent(name="learner", base_model="m", backend="local"))
+        register_policy_version(
+            session,
+            PolicyVersion(agent_id=agent.id, version=1, parent_version=0, checkpoint_path="m"),
+        )
+        insert_rollouts(
+            session,
+            [
+                _rollout(ids["open"], agent.id, 0, 0, 0.2),
+                _rollout(ids["open"], agent.id, 0, 1, 0.6),
+                _rollout(ids["open"], agent.id, 0, 2, None),
+                _rollout(ids["open"], agent.id, 1, 0, 0.8),
+                _rollout(ids["open"], agent.id, 1, 1, 0.4),
+                _rollout(ids["done"], agent.id, 0, 0, 0.9),
+                _rollout(ids["done"], agent.id, 0, 1, 0.7),
+            ],
+        )
+        record_outcomes(
+            session,
+            [
+                Outcome(
+                    question_id=ids["done"],
+                    revision=0,
+                    status=OutcomeStatus.RESOLVED,
+                    value=1.0,
+                    resolved_at=T0 + timedelta(days=1),
+                )
+            ],
+        )
+    return agent.id, ids["open"], ids["done"]
+
+
+def _provisional(engine) -> dict[tuple[int, int, int], RewardRow]:
+    """(question, version, sample) → provisional reward row."""
+    with session_scope(engine) as session:
+        rows = session.execute(
+            select(RewardRow, RolloutRow.question_id, RolloutRow.policy_version,
+                   RolloutRow.sample_index)
+            .join(RolloutRow, RolloutRow.id == RewardRow.rollout_id)
+            .where(RewardRow.provisional.is_(True))
+        ).all()  # fmt: skip
+        for row, *_ in rows:
+            session.expunge(row)
+    return {(q, v, s): row for row, q, v, s in rows}
+
+
+def _brier_expectation(p: float, y_hat: float) -> float:
+    return -((p - y_hat) ** 2) - y_hat * (1 - y_hat)
+
+
+def test_provisional_rewards_are_the_leave_one_out_reliability_weighted_consensus(engine, tmp_path):
+    _agent, open_id, done_id = _world(engine)
+    ctx = make_context(engine, tmp_path, as_of=T0 + timedelta(days=2))
+    report = write_provisional_rewards(ctx, "learner")
+    assert (report.rewards_written, report.without_consensus, report.errors) == (5, 0, [])
+    got = _provisional(engine)
+    assert all(q == open_id for q, _v, _s in got)  # the resolved question gets none
+    w0 = siop_reliability((0.9 - 1) ** 2 + (0.7 - 1) ** 2, 2)  # version 0 on `done`
+    w1 = siop_reliability(0.0, 0)  # version 1: nothing resolved yet
+    # Version 0's group: its own forecasts only, each one's consensus is the other's.
+    assert got[(open_id, 0, 0)].value == pytest.approx(_brier_expectation(0.2, 0.6))
+    assert got[(open_id, 0, 1)].value == pytest.approx(_brier_expectation(0.6, 0.2))
+    assert got[(open_id, 0, 2)].value == pytest.approx(UNPARSEABLE_REWARD)
+    # Version 1's group: version 0's forecasts (weight w0) and its own other one (w1).
+    y_hat = (w0 * 0.2 + w0 * 0.6 + w1 * 0.4) / (2 * w0 + w1)
+    assert got[(open_id, 1, 0)].value == pytest.approx(_brier_expectation(0.8, y_hat))
+    assert got[(open_id, 1, 0)].components["consensus"] == pytest.approx(y_hat)
+    y_hat = (w0 * 0.2 + w0 * 0.6 + w1 * 0.8) / (2 * w0 + w1)
+    assert got[(open_id, 1, 1)].value == pytest.approx(_brier_expectation(0.4, y_hat))
+    assert all(r.outcome_revision == 0 and not r.voided for r in got.values())
+    assert done_id not in {q for q, _v, _s in got}
+
+
+def test_the_stage_is_idempotent(engine, tmp_path):
+    _world(engine)
+    ctx = make_context(engine, tmp_path, as_of=T0 + timedelta(days=2))
+    write_provisional_rewards(ctx, "learner")
+    before = {k: r.value for k, r in _provisional(engine).items()}
+    again = write_provisional_rewards(ctx, "learner")
+    assert (again.rewards_written, again.rewards_voided) == (0, 0)
+    assert {k: r.value for k, r in _provisional(engine).items()} == before
+
+
+def test_forecasts_made_after_the_as_of_have_no_vote_and_no_reward(engine, tmp_path):
+    _world(engine)
+    # As of day 0.5, version 1 (made on day 1) has not forecast yet, and `done` is still
+    # unresolved (revealed on day 1): version 0's three and two forecasts get theirs.
+    ctx = make_context(engine, tmp_path, as_of=T0 + timedelta(hours=12))
+    assert write_provisional_rewards(ctx, "learner").rewards_written == 5
+    assert {v for _q, v, _s in _provisional(engine)} == {0}
+
+
+def test_a_lone_forecast_has_no_consensus(engine, tmp_path):
+    with session_scope(engine) as session:
+        upsert_questions(session, [_question("lone")])
+        (question,) = list_questions(session)
+        agent = ensure_agent(session, Agent(name="learner", base_model="m", backend="local"))
+        insert_rollouts(session, [_rollout(question.id, agent.id, 0, 0, 0.3)])
+    report = write_provisional_rewards(make_context(engine, tmp_path, as_of=T0), "learner")
+    assert (report.rewards_written, report.without_consensus) == (0, 1)
+
+
+def test_revealed_outcomes_void_the_provisional_rewards(engine, tmp_path):
+    _agent, open_id, _done = _world(engine)
+    ctx = make_context(engine, tmp_path, as_of=T0 + timedelta(days=2))
+    write_provisional_rewards(ctx, "learner")
+    with session_scope(engine) as session:
+        record_outcomes(
+            session,
+            [
+                Outcome(
+                    question_id=open_id,
+                    revision=0,
+                    status=OutcomeStatus.RESOLVED,
+                    value=0.0,
+                    resolved_at=T0 + timedelta(days=3),
+                )
+            ],
+        )
+    # Not yet revealed at day 2.5: nothing voided.
+    early = write_provisional_rewards(
+        make_context(engine, tmp_path, as_of=T0 + timedelta(days=2, hours=12)), "learner"
+    )
+    assert early.rewards_voided == 0
+    late = write_provisional_rewards(
+        make_context(engine, tmp_path, as_of=T0 + timedelta(days=4)), "learner"
+    )
+    assert (late.rewards_voided, late.rewards_written) == (5, 0)
+    assert all(r.voided for r in _provisional(engine).values())
