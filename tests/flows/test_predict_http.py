@@ -131,8 +131,9 @@ def test_predict_over_http_keeps_max_concurrency_requests_in_flight(engine, tiny
     questions, samples = 8, 8  # 64 requests: two waves of max_concurrency
     assert questions * samples == 2 * concurrency
     tokens = 12
-    # 12 tokens × 0.15 s: 1.8 s a request, long beside persisting a group between waves.
-    policy = SimulatedPolicy(per_token_s=0.15, min_new_tokens=tokens)
+    # 12 tokens × 0.25 s: 3 s a request, long beside persisting the four groups a wave
+    # completes before the next wave goes out (tens of ms each, more on a loaded machine).
+    policy = SimulatedPolicy(per_token_s=0.25, min_new_tokens=tokens)
     generation = GenerationSettings(
         temperature=1.0, max_turns=1, max_new_tokens=tokens, max_total_tokens=1024
     )
