@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from flows.cli.common import DbOption, RunFailure, UserError, cli_context, console
+from flows.cli.common import DbOption, UserError, cli_context, console
 from futureworld.domain import Agent, BackendKind, GenerationSettings
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
@@ -82,7 +82,7 @@ def import_forecastbench(
     for error in errors:
         console.print(f"[yellow]problem:[/yellow] {escape(error)}", soft_wrap=True)
     if errors and not reports:
-        raise RunFailure(f"import failed: no round imported (first problem: {errors[0]})")
+        raise UserError(f"import failed: no round imported (first problem: {errors[0]})")
 
 
 @agent_app.command("add")

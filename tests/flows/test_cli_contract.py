@@ -116,8 +116,8 @@ def _cases(db: str, workdir: Path) -> dict[str, Case]:
         "--as-of notadate": Case(
             ("predict", "--agent", "uniform", "--as-of", "notadate", "--db", db), 2, "notadate"
         ),
-        "import a directory": Case(
-            ("import", "forecastbench", str(workdir), "--db", db), 2, "is a directory"
+        "import a folder without a round": Case(
+            ("import", "forecastbench", str(workdir), "--db", db), 2, "no round imported"
         ),
         "import deeply nested JSON": Case(
             ("import", "forecastbench", str(deep), "--db", db), 2, "nested too deep"
@@ -210,7 +210,7 @@ CASE_NAMES = [
     "--verdict maybe",
     "unwritable --json",
     "--as-of notadate",
-    "import a directory",
+    "import a folder without a round",
     "import deeply nested JSON",
     "harvest --source nosuch",
     "unreachable source",
