@@ -1,5 +1,5 @@
-"""`futureworld predict`, `harvest`, `resolve` and `backfill`: one stage each, run now (or
-as of `--as-of`) on the configured database, with a progress bar where work is long.
+"""`futureworld predict`, `harvest`, `resolve`, `backfill` and `provisional`: one stage each,
+run now (or as of `--as-of`) on the configured database, with a progress bar where work is long.
 
 `harvest` and `resolve` end with the stage's verdict on the sources asked: a source that gave
 nothing fails the command (exit 1, one line); some failed items print "partial" and exit 0."""
@@ -23,6 +23,7 @@ from flows.cli.common import (
 )
 from flows.stages.problems import SourceStatus, any_failed
 from flows.stages.resolving import ManualVerdict, UnknownQuestion
+from futureworld.rewards import DEFAULT_REWARD, RewardFn
 from futureworld.sources.platforms import SourceName
 from futureworld.sources.question_gen import GENERATED_SOURCE
 
@@ -58,6 +59,7 @@ def register_pipeline_commands(app: typer.Typer) -> None:
     app.command("harvest")(harvest_command)
     app.command("resolve")(resolve_command)
     app.command("backfill")(backfill_command)
+    app.command("provisional")(provisional_command)
 
 
 def predict_command(
@@ -182,3 +184,27 @@ def backfill_command(db: DbOption = None) -> None:
         f"scored {report.rollouts_scored} rollouts: {report.rewards_inserted} rewards written, "
         f"{report.rewards_voided} voided by annulments"
     )
+
+
+def provisional_command(
+    agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
+    reward: Annotated[
+        RewardFn, typer.Option("--reward", help="Which reward to stand in for (binary).")
+    ] = DEFAULT_REWARD,
+    as_of: AsOfOption = None,
+    db: DbOption = None,
+) -> None:
+    """Write siop's provisional rewards for the agent's unresolved groups (and void those of
+    questions resolved since), for `train --estimator siop`."""
+    from flows.stages.provisional import write_provisional_rewards
+
+    with cli_context(db, as_of) as ctx:
+        require_agent(ctx, agent)
+        report = write_provisional_rewards(ctx, agent, reward_fn=reward)
+    console.print(
+        f"{report.agent}: {report.rewards_written} provisional rewards written, "
+        f"{report.rewards_voided} voided by revealed outcomes, "
+        f"{report.without_consensus} rollouts without a consensus"
+    )
+    for error in report.errors:
+        console.print(escape(error), soft_wrap=True)

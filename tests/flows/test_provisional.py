@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select
+from typer.testing import CliRunner
 
+from flows.cli import app
 from flows.stages.provisional import write_provisional_rewards
 from futureworld.domain import (
     Agent,
@@ -189,3 +191,16 @@ def test_revealed_outcomes_void_the_provisional_rewards(engine, tmp_path):
     )
     assert (late.rewards_voided, late.rewards_written) == (5, 0)
     assert all(r.voided for r in _provisional(engine).values())
+
+
+def test_the_provisional_command_writes_them_and_names_an_unknown_agent(engine, db_url, tmp_path):
+    _world(engine)
+    env = {"FW_DATA_DIR": str(tmp_path)}
+    as_of = (T0 + timedelta(days=2)).isoformat()
+    args = ["provisional", "--as-of", as_of, "--db", db_url]
+    result = CliRunner().invoke(app, [*args, "--agent", "learner"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "learner: 5 provisional rewards written, 0 voided" in result.output
+    unknown = CliRunner().invoke(app, [*args, "--agent", "nobody"], env=env)
+    assert unknown.exit_code == 2
+    assert "unknown agent" in unknown.output
