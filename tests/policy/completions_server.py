@@ -6,7 +6,9 @@ the next requests with a 500 or to stall them, to exercise the client's retries.
 
 Its log-probs follow vLLM's `--logprobs-mode`: "processed_logprobs" returns the log-prob of
 the distribution sampled from (after temperature and top-p), "raw_logprobs" (vLLM's
-default) log softmax of the raw logits. It also counts requests in flight over time.
+default) log softmax of the raw logits. (Requests in flight are counted by the scripted
+server of benchmarks/loopback_completions.py, which sleeps per token instead of running a
+model; tests/flows/test_predict_http.py uses it.)
 """
 
 from __future__ import annotations
