@@ -88,6 +88,15 @@ def train_command(
             help="Start a new AdamW instead of continuing the newest RL version's moments.",
         ),
     ] = False,
+    nproc: Annotated[
+        int,
+        typer.Option(
+            "--nproc",
+            min=1,
+            help="Training processes (torchrun + DDP; gloo on CPU, NCCL on GPUs); the update "
+            "equals one process's.",
+        ),
+    ] = TrainOptions.model_fields["nproc"].default,
     db: DbOption = None,
 ) -> None:
     """Replay completed groups into a staleness-corrected update; register the new version."""
@@ -111,6 +120,7 @@ def train_command(
         max_groups=max_groups,
         reuse=reuse,
         fresh_optimizer=fresh_optimizer,
+        nproc=nproc,
     )
     with cli_context(db) as ctx:
         require_agent(ctx, agent)

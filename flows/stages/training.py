@@ -91,6 +91,9 @@ class TrainOptions(BaseModel):
     """Also replay groups this lineage trained on before."""
     fresh_optimizer: bool = False
     """Start a new AdamW instead of continuing the newest RL version's moments."""
+    nproc: int = 1
+    """Training processes on this machine (torchrun, DDP; gloo on CPU, NCCL on GPUs): each
+    takes a share of every step's whole groups; the update equals one process's."""
 
     def train_config(self, *, device: str | None) -> TrainConfig:
         return TrainConfig(
@@ -142,6 +145,7 @@ def _run_update(
     on_registered: Callable[[Any, int], None],
     parent: PolicyVersion | None = None,
     resume_from: Path | None = None,
+    nproc: int = 1,
 ) -> tuple[TrainingRun, TrainResult, PolicyVersion]:
     """Trains `parent` (default: `current`, the newest) into version current + 1."""
     from futureworld.rl.trainer import train_policy
@@ -185,6 +189,7 @@ def _run_update(
             resume_from=resume_from,
             reference_dir=reference,
             on_step=on_step,
+            nproc=nproc,
         )
     except BaseException as error:
         flush_steps()
@@ -287,6 +292,7 @@ def replay_and_train(
         on_registered=consume,
         parent=parent,
         resume_from=resume_from,
+        nproc=options.nproc,
     )
     return TrainReport(
         training_run_id=run.id,
@@ -323,6 +329,7 @@ def supervised_finetune(
         config,
         run_config=run_config,
         on_registered=lambda session, run_id: None,
+        nproc=options.nproc,
     )
     return TrainReport(
         training_run_id=run.id,

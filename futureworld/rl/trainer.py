@@ -3,15 +3,25 @@
 `train_policy` is the whole loop; π_prox (and a KL reference) are computed once, then each
 AdamW step accumulates the gradients of the packed micro-batches of K whole groups. It never
 touches a database: the caller registers the returned checkpoint.
+
+The same loop runs in 1 or N processes (`nproc`, or inside a process group torchrun made).
+Scale-out is torch's DistributedDataParallel, launched by torchrun (futureworld.rl.
+distributed): each rank trains on its share of every step's whole groups, DDP all-reduces the
+gradients, and the step's normaliser is the global loss-mask token count, so N ranks take the
+step one process would. DDP rather than FSDP2 because it is exact and simple for what this
+pipeline trains on one node (policies up to a few billion parameters, LoRA beyond): every
+rank keeps a full replica, the optimiser state stays in the checkpoint's single-process format
+(a version trained on N ranks resumes on 1 and back), and no collective runs in the forward,
+so π_prox and the KL reference are computed per rank. Full fine-tuning of a 7B policy needs
+sharded parameters and AdamW state (FSDP2 `fully_shard`); benchmarks/gpu_check.sh measures a
+1-GPU FSDP2 step, and wiring it in here is the next step. M2PO's step-wide mask is refused
+with N ranks (it would need every rank's tokens). Only rank 0 writes the checkpoint.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +31,7 @@ from torch import nn
 
 from futureworld.domain import ScoredRollout, Trajectory
 from futureworld.rl.advantages import compute_advantages
-from futureworld.rl.batch import PackedRow, pack_steps, token_logprobs
+from futureworld.rl.batch import PackedRow, pack_trajectories
 from futureworld.rl.checkpoints import (
     load_optimizer_state,
     load_policy,
@@ -30,8 +40,16 @@ from futureworld.rl.checkpoints import (
     save_checkpoint,
 )
 from futureworld.rl.config import Estimator, Objective, TrainConfig
-from futureworld.rl.losses import OBJECTIVES, LossInputs, step_normalizer, summarize_metrics
+from futureworld.rl.distributed import (
+    RankHook,
+    StepForward,
+    TrainingJob,
+    World,
+    launch_training,
+    shard_steps,
+)
 from futureworld.rl.sampling import check_sampling
+from futureworld.rl.step import frozen_logprobs, recompute_temperature, train_step
 
 StepCallback = Callable[[int, dict[str, float]], None]
 """on_step(step, metrics): called after every optimiser step."""
@@ -83,98 +101,6 @@ def check_rollouts(rollouts: Sequence[ScoredRollout], vocab_size: int) -> None:
             )
 
 
-def _temperature(config: TrainConfig) -> float:
-    if config.temperature is None:
-        raise ValueError(
-            "TrainConfig.temperature is unresolved: pass the config through "
-            "futureworld.rl.sampling.check_sampling with the rollouts first"
-        )
-    return config.temperature
-
-
-def _autocast(config: TrainConfig, device: torch.device):
-    dtype = config.autocast_dtype(device)
-    return torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
-
-
-@torch.no_grad()
-def frozen_logprobs(
-    model: nn.Module, rows: Sequence[PackedRow], config: TrainConfig
-) -> list[torch.Tensor]:
-    """log π of every row's targets under the current weights, without gradients."""
-    was_training = model.training
-    model.eval()
-    device = rows[0].input_ids.device if rows else torch.device("cpu")
-    temperature = _temperature(config)
-    with _autocast(config, device):
-        out = [
-            token_logprobs(model, row, temperature, config.logprob_chunk_tokens)[0] for row in rows
-        ]
-    model.train(was_training)
-    return out
-
-
-def train_step(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    rows: Sequence[PackedRow],
-    config: TrainConfig,
-) -> dict[str, float]:
-    """One optimiser step: the gradients of micro-batches `rows` (each with logp_prox set)
-    summed, then one clipped AdamW step; returns the step's metrics.
-
-    The keep mask (M2PO's "batch") and the normaliser N are decided over the whole step,
-    N from the loss-mask tokens before any is rejected, so the accumulated gradient equals
-    the gradient of the step computed as one batch.
-    """
-    start = time.perf_counter()
-    device = rows[0].input_ids.device
-    temperature = _temperature(config)
-    objective = OBJECTIVES[config.objective]
-    mask = torch.cat([r.mask for r in rows], 1)
-    keep = objective.keep_mask(
-        torch.cat([r.logp_prox for r in rows], 1),
-        torch.cat([r.logp_behaviour for r in rows], 1),
-        mask,
-        config,
-    ).split([r.num_tokens for r in rows], 1)
-    normalizer = step_normalizer(int(mask.sum()), sum(len(r.rollout_indices) for r in rows), config)
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    sums: Counter[str] = Counter()
-    loss_total = 0.0
-    for row, row_keep in zip(rows, keep, strict=True):
-        with _autocast(config, device):
-            logp, entropy = token_logprobs(model, row, temperature, config.logprob_chunk_tokens)
-        inputs = LossInputs(
-            logp_prox=row.logp_prox,
-            logp_behaviour=row.logp_behaviour,
-            advantages=row.advantages,
-            mask=row.mask,
-            keep=row_keep,
-            logp_ref=row.logp_ref,
-            entropy=entropy,
-            normalizer=normalizer,
-        )
-        out = objective.loss(logp, inputs, config)
-        out.loss.backward()
-        loss_total += float(out.loss.detach())
-        sums.update(out.sums)
-    params = [p for p in model.parameters() if p.requires_grad]
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-    optimizer.step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elapsed = time.perf_counter() - start
-    tokens = sum(r.num_tokens for r in rows)
-    return {
-        "loss": loss_total,
-        **summarize_metrics(sums),
-        "grad_norm": grad_norm,
-        "tokens_per_s": tokens / elapsed,
-    }
-
-
 def _attach_reference(
     model: nn.Module, rows: list[PackedRow], config: TrainConfig, reference_dir: Path | None
 ) -> list[PackedRow]:
@@ -221,6 +147,8 @@ def train_policy(
     reference_dir: Path | str | None = None,
     on_step: StepCallback | None = None,
     on_save: Callable[[Path], None] | None = None,
+    nproc: int = 1,
+    rank_hook: RankHook | None = None,
 ) -> TrainResult:
     """Trains the policy at `model_dir` (+ `adapter_dir`) on `rollouts`; writes `output_dir`.
 
@@ -230,9 +158,39 @@ def train_policy(
     earlier call: its weights/adapter, AdamW moments and step counter are continued, under this
     call's learning rate, betas and weight decay. `reference_dir` is the KL reference of full
     fine-tuning (the agent's base model); LoRA's reference is the base under the adapter.
+
+    `nproc` > 1 runs this call on that many local processes under torchrun and returns rank
+    0's result (`on_step` is then called afterwards, with rank 0's per-step metrics; `on_save`
+    and `rank_hook` must be picklable). Inside a process group every rank calls this function
+    itself; `rank_hook(rank, step)` runs on each after every optimiser step.
     """
     model_dir, output_dir = Path(model_dir), Path(output_dir)
+    if nproc < 1:
+        raise ValueError(f"nproc must be >= 1, got {nproc}")
     require_free_target(output_dir)
+    world = World.current()
+    if nproc > 1 and not world.distributed:
+        job = TrainingJob(
+            model_dir=model_dir,
+            rollouts=tuple(rollouts),
+            config=config,
+            output_dir=output_dir,
+            adapter_dir=Path(adapter_dir) if adapter_dir else None,
+            resume_from=Path(resume_from) if resume_from else None,
+            reference_dir=Path(reference_dir) if reference_dir else None,
+            on_save=on_save,
+            rank_hook=rank_hook,
+        )
+        launched: TrainResult = launch_training(job, nproc)
+        for metrics in launched.metrics:
+            if on_step is not None:
+                on_step(int(metrics["step"]), metrics)
+        return launched
+    if world.distributed and config.m2po_tau is not None:
+        raise ValueError(
+            "M2PO (m2po_tau) decides its mask over every token of a step, which no single "
+            f"rank holds; train with one process or without M2PO ({world.size} ranks given)"
+        )
     device = config.resolved_device()
     torch.manual_seed(config.seed)
     advantages = compute_advantages(as_scored_rollouts(rollouts, config), config)
@@ -252,17 +210,26 @@ def train_policy(
         resume_from=resume,
     ).to(device)
     check_rollouts(advantages.rollouts, model.get_input_embeddings().num_embeddings)
-    steps = pack_steps(
+    steps = shard_steps(
         trajectories,
         advantages.token_advantages,
         advantages.group_sizes,
         config.groups_per_step,
         config.micro_batch_tokens,
+        world,
     )
-    rows = [r.to(device) for step in steps for r in step.rows]
-    prox = frozen_logprobs(model, rows, config)  # π_prox: frozen for the whole update
-    rows = [dataclasses.replace(r, logp_prox=p) for r, p in zip(rows, prox, strict=True)]
-    rows = _attach_reference(model, rows, config, Path(reference_dir) if reference_dir else None)
+    spare = None
+    if world.distributed:  # a rank without groups in a step pads with a first-group row
+        first_group = range(advantages.group_sizes[0])
+        first_rows = pack_trajectories(
+            [trajectories[i] for i in first_group],
+            [advantages.token_advantages[i] for i in first_group],
+            config.micro_batch_tokens,
+        )
+        spare = _prepare_rows(model, first_rows[:1], config, reference_dir, device)[0]
+    rows = _prepare_rows(
+        model, [r for step in steps for r in step.rows], config, reference_dir, device
+    )
     rows_of_steps = iter(rows)
     steps = [
         dataclasses.replace(step, rows=tuple(next(rows_of_steps) for _ in step.rows))
@@ -283,11 +250,17 @@ def train_policy(
                 weight_decay=config.weight_decay,
             )
         global_step = int(resumed["global_step"])
+    temperature = recompute_temperature(config)
+    forward = (
+        StepForward.data_parallel(model, temperature, config.logprob_chunk_tokens, world)
+        if world.distributed
+        else StepForward.local(model, temperature, config.logprob_chunk_tokens)
+    )
     staleness = [r.staleness for r in advantages.rollouts]
     history: list[dict[str, float]] = []
     for epoch in range(config.ppo_epochs):
         for step in steps:
-            metrics = train_step(model, optimizer, step.rows, config)
+            metrics = train_step(model, optimizer, step.rows, config, forward=forward, spare=spare)
             step_staleness = [staleness[j] for j in step.rollouts]
             global_step += 1
             metrics.update(
@@ -299,8 +272,10 @@ def train_policy(
                 staleness_max=float(max(step_staleness)),
             )
             history.append(metrics)
-            if on_step is not None:
+            if on_step is not None and world.is_main:
                 on_step(global_step, metrics)
+            if rank_hook is not None:
+                rank_hook(world.rank, global_step)
     state = _trainer_state(
         config,
         model_dir,
@@ -309,9 +284,12 @@ def train_policy(
         groups_skipped=advantages.groups_skipped,
         reference=None if reference_dir is None else str(reference_dir),
     )
-    sha256 = save_checkpoint(
-        model, optimizer, state, output_dir, tokenizer_dir=model_dir, on_save=on_save
-    )
+    sha256 = ""
+    if world.is_main:  # the replicas are identical; one writer
+        sha256 = save_checkpoint(
+            model, optimizer, state, output_dir, tokenizer_dir=model_dir, on_save=on_save
+        )
+    world.barrier()
     return TrainResult(
         checkpoint_path=output_dir,
         checkpoint_sha256=sha256,
@@ -322,6 +300,22 @@ def train_policy(
         groups_used=advantages.groups_used,
         groups_skipped=advantages.groups_skipped,
     )
+
+
+def _prepare_rows(
+    model: nn.Module,
+    rows: list[PackedRow],
+    config: TrainConfig,
+    reference_dir: Path | str | None,
+    device: torch.device,
+) -> list[PackedRow]:
+    """Rows on `device` with log π_prox (frozen for the whole update) and log π_ref set."""
+    rows = [r.to(device) for r in rows]
+    if not rows:
+        return rows
+    prox = frozen_logprobs(model, rows, config)
+    rows = [dataclasses.replace(r, logp_prox=p) for r, p in zip(rows, prox, strict=True)]
+    return _attach_reference(model, rows, config, Path(reference_dir) if reference_dir else None)
 
 
 def train_sft(
