@@ -47,7 +47,7 @@ def test_harvest_pages_by_offset_with_token_and_skips_groups(server, client):
     server.route("/api/posts/", offset_pages(posts, [server.base_url]))
     result = metaculus.harvest_open(client, server.base_url, now=NOW, page_size=2, token="t0k")
     assert [q.external_id for q in result.questions] == ["1000", "1001", "1003"]
-    assert result.counts["skipped_not_binary"] == 1 and result.counts["pages"] == 2
+    assert result.counts["skipped_unsupported_kind"] == 1 and result.counts["pages"] == 2
     requests = server.requests_to("/api/posts/")
     assert [r.query["offset"] for r in requests] == ["0", "2"]
     assert all(r.headers["authorization"] == "Token t0k" for r in requests)
