@@ -184,8 +184,7 @@ def with_provisional_groups(
     reuse: bool,
 ) -> ReplayBatch:
     """siop's replay: the resolved groups of `batch` (real rewards) and the groups unresolved
-    at `as_of` on their provisional rewards, oldest group first, cut at `max_groups`. No group
-    is in both: a group is provisional only while no outcome of its question is revealed."""
+    at `as_of` on their provisional rewards, oldest group first, cut at `max_groups`."""
     provisional = [
         select_provisional_batch(
             session,
@@ -198,8 +197,12 @@ def with_provisional_groups(
         )
         for fn in reward_fns
     ]
+    real = {group[0].trajectory.group_key for group in batch.groups}
+    # A group never trains twice in one update: one whose real reward replay already found
+    # (an outcome stored with a resolved_at after `as_of`) is not also taken provisionally.
+    unresolved = [g for b in provisional for g in b.groups if g[0].trajectory.group_key not in real]
     groups = sorted(
-        (*batch.groups, *(group for b in provisional for group in b.groups)),
+        (*batch.groups, *unresolved),
         key=lambda g: (g[0].trajectory.created_at, g[0].trajectory.id or 0),
     )
     chosen = groups if max_groups is None else groups[:max_groups]

@@ -11,7 +11,8 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.stages.provisional import write_provisional_rewards
+from flows.stages.backfilling import backfill_rewards
+from flows.stages.provisional import with_provisional_groups, write_provisional_rewards
 from futureworld.domain import (
     Agent,
     Outcome,
@@ -27,6 +28,7 @@ from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent, register_policy_version
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
 from storage.repositories.rollouts import insert_rollouts
+from storage.repositories.training import select_replay_batch
 from storage.tables import RewardRow, RolloutRow
 from tests.flows.conftest import make_context
 
@@ -204,3 +206,58 @@ def test_the_provisional_command_writes_them_and_names_an_unknown_agent(engine, 
     unknown = CliRunner().invoke(app, [*args, "--agent", "nobody"], env=env)
     assert unknown.exit_code == 2
     assert "unknown agent" in unknown.output
+
+
+def test_siop_replay_takes_a_group_once_even_when_its_outcome_is_stored_after_the_as_of(
+    engine, tmp_path
+):
+    agent_id, open_id, _done = _world(engine)
+    day2 = make_context(engine, tmp_path, as_of=T0 + timedelta(days=2))
+    write_provisional_rewards(day2, "learner")
+    with session_scope(engine) as session:
+        provisional_only = with_provisional_groups(
+            session,
+            select_replay_batch(session, agent_id, reward_fn="brier", current_version=1),
+            agent_id,
+            reward_fns=["brier"],
+            current_version=1,
+            as_of=day2.as_of,
+            max_groups=None,
+            reuse=False,
+        )
+    # Before any real reward: `done` has none backfilled, `open`'s two groups are provisional.
+    assert [(g[0].trajectory.question_id, len(g)) for g in provisional_only.groups] == [
+        (open_id, 3),
+        (open_id, 2),
+    ]
+    # `open` resolves with a resolved_at after day 2 and is backfilled: live replay (no as-of)
+    # finds its real rewards while the day-2 provisional selection still sees it unresolved.
+    with session_scope(engine) as session:
+        record_outcomes(
+            session,
+            [
+                Outcome(
+                    question_id=open_id,
+                    revision=0,
+                    status=OutcomeStatus.RESOLVED,
+                    value=1.0,
+                    resolved_at=T0 + timedelta(days=5),
+                )
+            ],
+        )
+    backfill_rewards(make_context(engine, tmp_path, as_of=T0 + timedelta(days=6)))
+    with session_scope(engine) as session:
+        real = select_replay_batch(session, agent_id, reward_fn="brier", current_version=1)
+        merged = with_provisional_groups(
+            session,
+            real,
+            agent_id,
+            reward_fns=["brier"],
+            current_version=1,
+            as_of=day2.as_of,
+            max_groups=None,
+            reuse=False,
+        )
+    keys = [g[0].trajectory.group_key for g in merged.groups]
+    assert len(keys) == len(set(keys)) == len(real.groups)
+    assert all(r.outcome_revision >= 1 for g in merged.groups for r in g)
