@@ -34,6 +34,7 @@ from flows.stages.lineage import (
     registered_version,
 )
 from flows.stages.provisional import with_provisional_groups
+from flows.stages.training_lock import one_update_per_agent
 from futureworld.domain import (
     Agent,
     PolicyVersion,
@@ -44,7 +45,7 @@ from futureworld.domain import (
 )
 from futureworld.rewards import DEFAULT_REWARD, RewardFn
 from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator, LossAggregation, TrainConfig
-from storage.engine import session_scope
+from storage.engine import run_transaction, session_scope
 from storage.repositories.agents import register_policy_version
 from storage.repositories.training import (
     finish_training_run,
@@ -155,11 +156,14 @@ def _run_update(
     model_dir, adapter_dir = model_and_adapter(agent, parent, config.lora)
     reference = Path(base_version(ctx, agent).checkpoint_path) if config.kl_coef > 0 else None
     run_config = {**run_config, "reference": None if reference is None else str(reference)}
-    with session_scope(engine) as session:
-        run = start_training_run(
+    run = run_transaction(
+        engine,
+        lambda session: start_training_run(
             session,
             TrainingRun(agent_id=agent.id, from_version=parent.version, config=run_config),
-        )
+        ),
+        what="train: start run",
+    )
     target = ctx.checkpoint_dir(agent, current.version + 1)
     target.parent.mkdir(parents=True, exist_ok=True)
     _free_target(target)
@@ -167,8 +171,9 @@ def _run_update(
     pending: list[TrainStep] = []
 
     def flush_steps() -> None:
-        with session_scope(engine) as session:
-            record_train_steps(session, pending)
+        run_transaction(
+            engine, lambda session: record_train_steps(session, pending), what="train: steps"
+        )
         pending.clear()
 
     def on_step(step: int, metrics: dict[str, float]) -> None:
@@ -193,11 +198,17 @@ def _run_update(
         )
     except BaseException as error:
         flush_steps()
-        with session_scope(engine) as session:
-            finish_training_run(session, run.id, status="failed", error=repr(error)[:2000])
+        message = repr(error)[:2000]
+        run_transaction(
+            engine,
+            lambda session: finish_training_run(session, run.id, status="failed", error=message),
+            what="train: fail run",
+        )
         raise
     flush_steps()
-    with session_scope(engine) as session:
+
+    def register(session: Any) -> PolicyVersion:
+        # Retried on a transient error: the checkpoint is on disk, only the rows are redone.
         version = register_policy_version(
             session,
             PolicyVersion(
@@ -217,9 +228,13 @@ def _run_update(
             to_version=version.version,
             rollouts_consumed=result.rollouts_used,
         )
+        return version
+
+    version = run_transaction(engine, register, what="train: register version")
     return run, result, version
 
 
+@one_update_per_agent
 def replay_and_train(
     ctx: PipelineContext,
     agent_name: str,
@@ -308,6 +323,7 @@ def replay_and_train(
     )
 
 
+@one_update_per_agent
 def supervised_finetune(
     ctx: PipelineContext,
     agent_name: str,

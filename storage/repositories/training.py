@@ -206,6 +206,34 @@ def finish_training_run(
     )
 
 
+def fail_abandoned_training_runs(session: Session, agent_id: int, *, error: str) -> list[int]:
+    """Mark every `running` training run of this agent failed, with `error`. Call only while
+    holding the agent's training lock: then no live update of the agent exists, so a run
+    still `running` belongs to a process that died (killed, or its machine lost)."""
+    ids = list(
+        session.scalars(
+            select(TrainingRunRow.id).where(
+                TrainingRunRow.agent_id == agent_id, TrainingRunRow.status == "running"
+            )
+        )
+    )
+    if ids:
+        session.execute(
+            update(TrainingRunRow)
+            .where(TrainingRunRow.id.in_(ids))
+            .values(status="failed", error=error, finished_at=utc_now())
+        )
+    return ids
+
+
+def training_run_statuses(session: Session, agent_id: int) -> dict[int, str]:
+    """Training run id → status, for one agent."""
+    rows = session.execute(
+        select(TrainingRunRow.id, TrainingRunRow.status).where(TrainingRunRow.agent_id == agent_id)
+    ).all()
+    return {run_id: status for run_id, status in rows}
+
+
 def train_steps(session: Session, run_id: int) -> list[TrainStep]:
     rows = session.scalars(
         select(TrainStepRow)
