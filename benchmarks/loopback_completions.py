@@ -220,7 +220,9 @@ class LoopbackServer:
     meter: InFlightMeter
 
 
-def _handler(script: ScriptedCompletions, meter: InFlightMeter) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    script: ScriptedCompletions, meter: InFlightMeter, served_name: str
+) -> type[BaseHTTPRequestHandler]:
     policy = script.policy
 
     class Handler(BaseHTTPRequestHandler):
@@ -233,6 +235,10 @@ def _handler(script: ScriptedCompletions, meter: InFlightMeter) -> type[BaseHTTP
             pass
 
         def do_GET(self) -> None:
+            if self.path == "/health":
+                return self._send(200, None)
+            if self.path == "/v1/models":  # one model, named as vLLM names a served directory
+                return self._send(200, {"object": "list", "data": [{"id": served_name}]})
             if self.path != "/stats":
                 return self._send(404, {"error": f"no route {self.path}"})
             stats = meter.snapshot()
@@ -277,7 +283,9 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, tokenizer_dir: Path, policy: SimulatedPolicy, port: int) -> None:
         tokenizer = AutoTokenizer.from_pretrained(Path(tokenizer_dir), local_files_only=True)
         self.meter = InFlightMeter()
-        handler = _handler(ScriptedCompletions(tokenizer, policy), self.meter)
+        handler = _handler(
+            ScriptedCompletions(tokenizer, policy), self.meter, Path(tokenizer_dir).name
+        )
         super().__init__(("127.0.0.1", port), handler)
 
     @property

@@ -40,6 +40,11 @@ def run_key_for(as_of: datetime) -> str:
     return as_of.date().isoformat()
 
 
+def served_name(agent: Agent, version: PolicyVersion) -> str:
+    """The name a vLLM server samples a policy version under (v > 0: adapter or checkpoint)."""
+    return f"{agent.name}-v{version.version}"
+
+
 def hash_seed(*parts: int | None) -> int:
     """A 32-bit seed from parts (a group's seed: base seed, question, version, sample)."""
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
@@ -119,8 +124,8 @@ class PipelineContext:
 
     def backend_spec(self, agent: Agent, version: PolicyVersion) -> BackendSpec:
         """How to sample one policy version. A LoRA adapter is served over the agent's base
-        model; a full checkpoint is its own model directory, which the HTTP backend cannot
-        load (a vLLM server serves adapters next to the base weights it was started with)."""
+        model; a full checkpoint is its own model directory (over HTTP: the server restarted
+        on it under the version's served name, `served_name`)."""
         from futureworld.policy.loading import BackendSpec
 
         checkpoint = Path(version.checkpoint_path)
@@ -133,9 +138,12 @@ class PipelineContext:
                 device=self.settings.device,
             )
         if version.version > 0 and adapter is None:
-            raise ValueError(
-                f"{agent.name} v{version.version}: the HTTP backend serves LoRA adapters only; "
-                "train with --lora or serve the full checkpoint as its own model"
+            # a full checkpoint is served by a server restarted on it (flows.stages.serving)
+            return BackendSpec(
+                kind=agent.backend,
+                model_dir=checkpoint,
+                base_url=agent.base_url,
+                served_model=served_name(agent, version),
             )
         return BackendSpec(
             kind=agent.backend,
@@ -143,7 +151,7 @@ class PipelineContext:
             adapter_dir=adapter,
             base_url=agent.base_url,
             served_model=agent.served_model,
-            adapter_name=f"{agent.name}-v{version.version}",
+            adapter_name=served_name(agent, version),
         )
 
     def backend(self, agent: Agent, version: PolicyVersion) -> PolicyBackend:

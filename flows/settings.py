@@ -50,6 +50,12 @@ class Settings(BaseSettings):
     """Identifies this process in prediction claims; default: host:pid."""
     claim_lease_s: float = 1800.0
     """How long a predict worker's claim on a question group lives before others may take it."""
+    serve_restart_command: str | None = None
+    """Full fine-tuning over the HTTP backend: the command that restarts the agent's vLLM
+    server on a new checkpoint, with {checkpoint}, {served_name} and {port} filled in, e.g.
+    `infra/vllm/restart.sh {checkpoint} {served_name}` (flows.stages.serving)."""
+    serve_timeout_s: float = 900.0
+    """How long the serve step waits for the server to list a new version."""
     predict_max_failures: int = 3
     """Failed prediction attempts (prompt too long, generation or persistence error) after
     which predict parks a question for that agent: reported, no longer retried."""

@@ -19,6 +19,7 @@ from flows.cli.common import (
     writable_file,
     write_output,
 )
+from flows.stages.serving import ServeReport
 from flows.stages.training import TrainOptions
 from futureworld.evaluation import ScoreRow
 from futureworld.evaluation_kinds import (
@@ -33,6 +34,7 @@ from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator
 
 def register_learning_commands(app: typer.Typer) -> None:
     app.command("train")(train_command)
+    app.command("serve")(serve_command)
     app.command("evaluate")(evaluate_command)
 
 
@@ -122,6 +124,8 @@ def train_command(
         fresh_optimizer=fresh_optimizer,
         nproc=nproc,
     )
+    from flows.stages.serving import serve_current_version
+
     with cli_context(db) as ctx:
         require_agent(ctx, agent)
         if sft:
@@ -130,6 +134,8 @@ def train_command(
             report = supervised_finetune(ctx, agent, trajectories, options)
         else:
             report = replay_and_train(ctx, agent, options, resume_from=resume)
+        if report is not None:  # the next predict samples the new version
+            print_serve_report(serve_current_version(ctx, agent))
     if report is None:
         console.print("nothing to train on: no completed, unconsumed group with 2+ scored rollouts")
         return
@@ -139,6 +145,28 @@ def train_command(
         f"rollouts ({report.groups} groups, {report.groups_skipped} skipped, "
         f"{report.remaining_groups} left); {len(report.steps)} steps, "
         f"last loss {last.get('loss', float('nan')):.4f}; checkpoint {report.checkpoint_path}"
+    )
+
+
+def serve_command(
+    agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
+    db: DbOption = None,
+) -> None:
+    """Make the agent's server sample its newest version: load a LoRA adapter into the
+    running vLLM server, or restart the server on a full checkpoint (FW_SERVE_RESTART_COMMAND)
+    and wait until it lists the version. Local agents need nothing."""
+    from flows.stages.serving import serve_current_version
+
+    with cli_context(db) as ctx:
+        require_agent(ctx, agent)
+        print_serve_report(serve_current_version(ctx, agent))
+
+
+def print_serve_report(report: ServeReport) -> None:
+    where = f" as {report.served_name}" if report.served_name else ""
+    console.print(
+        f"{report.agent} v{report.version}: {report.action}{where} "
+        f"(served after {report.waited_s:.1f} s)"
     )
 
 

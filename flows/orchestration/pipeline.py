@@ -37,6 +37,7 @@ from flows.stages.predicting import PredictReport, predict
 from flows.stages.problems import any_failed
 from flows.stages.provisional import ProvisionalReport, write_provisional_rewards
 from flows.stages.resolving import ResolveReport, resolve
+from flows.stages.serving import ServeReport, serve_current_version
 from flows.stages.training import TrainOptions, TrainReport, replay_and_train
 from futureworld.rewards import RewardFn
 from futureworld.rl.config import Estimator
@@ -143,6 +144,18 @@ def train_task(ctx: PipelineContext, agent: str, options: TrainOptions) -> Train
     return replay_and_train(ctx, agent, options)
 
 
+@task(
+    name="serve",
+    task_run_name="serve-{agent}",
+    retries=2,
+    retry_delay_seconds=IO_RETRY_DELAYS_S,
+    retry_condition_fn=_transient,
+    cache_policy=NO_CACHE,
+)
+def serve_task(ctx: PipelineContext, agent: str) -> ServeReport:
+    return serve_current_version(ctx, agent)
+
+
 @task(name="evaluate", cache_policy=NO_CACHE)
 def evaluate_task(ctx: PipelineContext, agents: Sequence[str] | None) -> Evaluation:
     return evaluate(ctx, agents)
@@ -221,14 +234,16 @@ def replay_and_train_flow(
     as_of: str | None = None,
     train: TrainOptions = TrainOptions(),
 ) -> TrainReport | None:
-    """Replay the agent's completed groups into one staleness-corrected update and register
-    the new policy version; does nothing while fewer than `train.min_groups` groups are
-    complete."""
+    """Replay the agent's completed groups into one staleness-corrected update (on
+    `train.nproc` processes) and register the new policy version, then make the agent's
+    server sample its newest version; trains nothing while fewer than `train.min_groups`
+    groups are complete."""
     with _open(as_of) as ctx:
         report = train_task(ctx, agent, train)
         if report is None:
             get_run_logger().info("%s: fewer than %d completed groups", agent, train.min_groups)
         _publish_training(ctx, agent, report)
+        serve_task(ctx, agent)  # the next predict samples the new version (flows.stages.serving)
         return report
 
 
@@ -253,8 +268,9 @@ def daily_cycle_flow(
     train: TrainOptions = DAILY_TRAIN,
 ) -> list[artifacts.StageSummary]:
     """harvest → resolve → backfill → per agent: train (agents with a trainable policy and ≥
-    `train.min_groups` completed groups), then predict, then (estimator siop only) the
-    provisional rewards of its unresolved groups → evaluate all agents. A failing stage
+    `train.min_groups` completed groups), serve the newest version, then predict, then
+    (estimator siop only) the provisional rewards of its unresolved groups → evaluate all
+    agents. A failing stage
     is recorded in the summary artifact and the cycle goes on; the run fails at the end if
     any stage did."""
     with _open(as_of) as ctx:
@@ -276,6 +292,7 @@ def daily_cycle_flow(
                     skipped=f"fewer than {train.min_groups} completed groups",
                 )
                 _publish_training(ctx, agent.name, report)
+                _step(stages, f"serve {agent.name}", serve_task, ctx, agent.name, counted=False)
             _step(stages, f"predict {agent.name}", predict_task, ctx, agent.name, samples, limit)
             if agent.backend.generates and train.estimator is Estimator.SIOP:
                 _step(

@@ -16,6 +16,14 @@ One request per prompt, each with its own seed (vLLM seeds a per-request generat
 request samples the same whatever else the server batches); `open_stream` keeps up to
 `max_concurrency` requests in flight across questions. A LoRA adapter is selected by
 passing its served name as `model`; `load_adapter` registers a new one at runtime.
+
+Which version the server samples: a backend samples one served name (a policy version's
+adapter, or a full checkpoint served under its own name), and refuses to sample before the
+server lists that name in GET /v1/models (`require_serving`, once per backend, when its first
+stream opens), so a predict run never records rollouts of a version the server does not
+hold. Each completion names the model that answered (vLLM's "model" field); an answer from
+another model is an error, so `describe()` — stored on every rollout as
+sampling["backend"] — names the version the server actually served.
 """
 
 from __future__ import annotations
@@ -46,6 +54,10 @@ and top-p, with no other processor (the request disables them)."""
 
 class BackendError(GenerationError):
     """The server could not produce a generation (after retries, or a 4xx)."""
+
+
+class NotServingError(BackendError):
+    """The server does not serve the model this backend samples (the agent's version)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +105,7 @@ class OpenAIHttpBackend:
             headers=headers,
             limits=httpx.Limits(max_connections=config.max_concurrency),
         )
+        self._serving_checked = False
 
     @classmethod
     def from_tokenizer_dir(
@@ -124,15 +137,66 @@ class OpenAIHttpBackend:
         return generate_all(self.open_stream(), prompts, params)
 
     def open_stream(self) -> _HttpStream:
-        """Up to `max_concurrency` requests in flight; `advance` returns as soon as one ends."""
+        """Up to `max_concurrency` requests in flight; `advance` returns as soon as one ends.
+        The first stream of a backend checks that the server serves its model."""
+        if not self._serving_checked:
+            self.require_serving()
+            self._serving_checked = True
         return _HttpStream(self)
+
+    def served_models(self) -> list[str]:
+        """The names the server samples from now (GET /v1/models: base and adapters)."""
+        body = self._get("/v1/models")
+        try:
+            return [str(m["id"]) for m in body["data"]]
+        except (KeyError, TypeError) as error:
+            raise BackendError(
+                f"{self.describe()}: unexpected /v1/models response: {str(body)[:300]}"
+            ) from error
+
+    def require_serving(self) -> None:
+        """Refuses (NotServingError) when the server does not list this backend's model."""
+        served = self.served_models()
+        if self.config.model not in served:
+            raise NotServingError(
+                f"{self.config.base_url} serves {served}, not {self.config.model!r} (the "
+                "policy version to sample): refusing to sample; serve the new version first "
+                "(futureworld serve, or the pipeline's serve step after training)"
+            )
+
+    def wait_until_serving(self, timeout_s: float, poll_s: float = 0.5) -> float:
+        """Polls GET /health and /v1/models until the server serves this backend's model;
+        returns the seconds waited. Raises NotServingError after `timeout_s`."""
+        started = time.monotonic()
+        last = "no answer yet"
+        while True:
+            try:
+                health = self._client.get("/health")
+                if health.status_code == 200:
+                    served = self.served_models()
+                    if self.config.model in served:
+                        return time.monotonic() - started
+                    last = f"serving {served}"
+                else:
+                    last = f"/health answered HTTP {health.status_code}"
+            except (httpx.TransportError, BackendError) as error:
+                last = f"{type(error).__name__}: {error}"
+            if time.monotonic() - started > timeout_s:
+                raise NotServingError(
+                    f"{self.config.base_url} did not serve {self.config.model!r} within "
+                    f"{timeout_s:.0f} s ({last})"
+                )
+            time.sleep(poll_s)
 
     def load_adapter(self, name: str, path: Path | str) -> None:
         """Register a LoRA adapter directory (as seen by the server) under `name`.
 
         Needs VLLM_ALLOW_RUNTIME_LORA_UPDATING=True on the server. Sample from it with
-        `with_model(name)`.
+        `with_model(name)`. A name the server already lists is left as it is (vLLM refuses
+        to load a name twice), so loading is idempotent.
         """
+        if name in self.served_models():
+            return
         self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
 
     def unload_adapter(self, name: str) -> None:
@@ -168,6 +232,12 @@ class OpenAIHttpBackend:
 
     def _complete(self, payload: dict[str, Any]) -> Generation:
         body = self._post("/v1/completions", payload)
+        answered = body.get("model") if isinstance(body, dict) else None
+        if answered is not None and answered != payload["model"]:
+            raise NotServingError(
+                f"{self.describe()}: the server answered with model {answered!r}, not "
+                f"{payload['model']!r}; the rollout is not recorded as that version's"
+            )
         try:
             choice = body["choices"][0]
             return _generation_from_choice(choice)
@@ -176,13 +246,22 @@ class OpenAIHttpBackend:
                 f"{self.describe()}: unexpected completion response ({error!r}): {str(body)[:500]}"
             ) from error
 
-    def _post(self, path: str, payload: dict[str, Any]) -> Any:
+    def _get(self, path: str) -> Any:
+        return self._post(path, None)
+
+    def _post(self, path: str, payload: dict[str, Any] | None) -> Any:
+        """POST `payload` (GET when None), retried on connection errors and 5xx."""
         last_error = ""
+        method = "GET" if payload is None else "POST"
         for attempt in range(self.config.max_retries + 1):
             if attempt:
                 time.sleep(self.config.backoff_s * 2 ** (attempt - 1))
             try:
-                response = self._client.post(path, json=payload)
+                response = (
+                    self._client.get(path)
+                    if payload is None
+                    else self._client.post(path, json=payload)
+                )
             except httpx.TransportError as error:  # Connection refused/reset, timeouts.
                 last_error = f"{type(error).__name__}: {error}"
                 continue
@@ -191,12 +270,12 @@ class OpenAIHttpBackend:
                 continue
             if response.status_code >= 400:
                 raise BackendError(
-                    f"{self.describe()}: POST {path} rejected with HTTP "
+                    f"{self.describe()}: {method} {path} rejected with HTTP "
                     f"{response.status_code}: {response.text[:500]}"
                 )
             return response.json() if response.content else None
         raise BackendError(
-            f"{self.describe()}: POST {path} failed after "
+            f"{self.describe()}: {method} {path} failed after "
             f"{self.config.max_retries + 1} attempts; last error: {last_error}"
         )
 

@@ -1,8 +1,10 @@
 """A loopback server with the shape of vLLM's OpenAI-compatible API, the tiny model behind it.
 
 It answers POST /v1/completions (token-id prompts, logprobs, "token_id:N" tokens,
-`token_ids`), /v1/load_lora_adapter and /v1/unload_lora_adapter, and can be told to fail
-the next requests with a 500 or to stall them, to exercise the client's retries.
+`token_ids`, the answering "model"), /v1/load_lora_adapter and /v1/unload_lora_adapter,
+GET /v1/models (the served name and loaded adapters) and GET /health, records which model
+every request named, and can be told to fail the next requests with a 500 or to stall them,
+to exercise the client's retries.
 
 Its log-probs follow vLLM's `--logprobs-mode`: "processed_logprobs" returns the log-prob of
 the distribution sampled from (after temperature and top-p), "raw_logprobs" (vLLM's
@@ -33,13 +35,18 @@ class ServerState:
     backend: LocalBackend
     served_name: str = "tiny"
     faults: list[str] = field(default_factory=list)
-    """Consumed one per request: "500" answers HTTP 500, "stall" sleeps `stall_s` first."""
+    """Consumed one per POST: "500" answers HTTP 500, "400" HTTP 400, "stall" sleeps
+    `stall_s` first."""
     stall_s: float = 2.0
     return_token_ids: bool = True
     """False mimics a vLLM without `return_token_ids`: ids only as "token_id:N" strings."""
     logprobs_mode: str = "processed_logprobs"
     """vLLM's --logprobs-mode: "processed_logprobs" or "raw_logprobs"."""
+    answer_as: str | None = None
+    """Name this model in completion answers instead of the requested one (a server that
+    was restarted on another version)."""
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """(path, body) of every POST, in arrival order: which model each completion named."""
     adapters: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -49,6 +56,15 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:
             pass
 
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                return self._send(200, None)
+            if self.path != "/v1/models":
+                return self._send(404, {"error": f"no route {self.path}"})
+            with state.lock:
+                names = [state.served_name, *state.adapters]
+            return self._send(200, {"object": "list", "data": [{"id": n} for n in names]})
+
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with state.lock:
@@ -56,6 +72,8 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
                 fault = state.faults.pop(0) if state.faults else None
             if fault == "500":
                 return self._send(500, {"error": "engine hiccup"})
+            if fault == "400":
+                return self._send(400, {"error": "bad request"})
             if fault == "stall":
                 time.sleep(state.stall_s)
             if self.path == "/v1/load_lora_adapter":
@@ -96,7 +114,12 @@ def _handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
             }
             if state.return_token_ids and body.get("return_token_ids"):
                 choice["token_ids"] = list(generation.token_ids)
-            return {"id": "cmpl-1", "object": "text_completion", "choices": [choice]}
+            return {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "model": state.answer_as or body["model"],
+                "choices": [choice],
+            }
 
         def _send(self, status: int, payload: Any) -> None:
             data = b"" if payload is None else json.dumps(payload).encode()
@@ -131,3 +154,26 @@ def serve_completions(state: ServerState) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def main() -> None:
+    """Serve MODEL_DIR on 127.0.0.1:PORT under a name, in the foreground (its own process,
+    as infra/vllm/restart.sh starts a vLLM server: tests/policy/serve_loopback.sh)."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--served-name", required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    state = ServerState(
+        backend=LocalBackend.from_pretrained(args.model_dir), served_name=args.served_name
+    )
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), _handler(state))
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,12 @@ from futureworld.agent.engine import run_group
 from futureworld.domain import GenerationSettings
 from futureworld.policy.base import PolicyBackend, SamplingParams
 from futureworld.policy.local import LocalBackend
-from futureworld.policy.openai_http import LOGPROBS_MODE, BackendError, OpenAIHttpBackend
+from futureworld.policy.openai_http import (
+    LOGPROBS_MODE,
+    BackendError,
+    NotServingError,
+    OpenAIHttpBackend,
+)
 from tests.agent.agent_doubles import RecordingCorpus, make_articles, make_question
 from tests.policy.completions_server import ServerState, serve_completions
 
@@ -87,12 +92,32 @@ def test_a_stalled_server_times_out_and_fails_after_retries(
 
 
 def test_a_client_error_is_not_retried(tiny_backend: LocalBackend, tiny_model_dir: Path):
-    state = ServerState(backend=tiny_backend)
+    state = ServerState(backend=tiny_backend, faults=["400"])
     with serve_completions(state) as url:
-        client = _client(url, tiny_model_dir).with_model("no-such-adapter")
-        with pytest.raises(BackendError, match=r"HTTP 404.*no-such-adapter"):
+        client = _client(url, tiny_model_dir)
+        with pytest.raises(BackendError, match=r"HTTP 400.*bad request"):
             client.generate([_prompts(tiny_backend)[0]], PARAMS)
     assert len(state.requests) == 1
+
+
+def test_a_model_the_server_does_not_serve_is_refused_before_sampling(
+    tiny_backend: LocalBackend, tiny_model_dir: Path
+):
+    state = ServerState(backend=tiny_backend)
+    with serve_completions(state) as url:
+        client = _client(url, tiny_model_dir).with_model("agent-v2")
+        with pytest.raises(NotServingError, match=r"serves \['tiny'\], not 'agent-v2'"):
+            client.generate([_prompts(tiny_backend)[0]], PARAMS)
+    assert state.requests == []  # nothing was sampled
+
+
+def test_an_answer_from_another_model_is_refused(tiny_backend: LocalBackend, tiny_model_dir: Path):
+    # a server restarted on another version between the check and the request
+    state = ServerState(backend=tiny_backend, answer_as="agent-v1")
+    with serve_completions(state) as url:
+        client = _client(url, tiny_model_dir)
+        with pytest.raises(NotServingError, match="answered with model 'agent-v1', not 'tiny'"):
+            client.generate([_prompts(tiny_backend)[0]], PARAMS)
 
 
 def test_load_adapter_registers_it_and_selects_it_by_model_name(
