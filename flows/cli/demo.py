@@ -21,6 +21,20 @@ def demo_command(
     panel: Annotated[int, typer.Option(help="Held-out panel questions scored each round.")] = 2000,
     seed: Annotated[int, typer.Option(help="World and model seed.")] = 0,
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("reports/demo"),
+    kinds: Annotated[
+        str,
+        typer.Option(
+            "--kinds",
+            help="Question kinds the world poses, comma-separated: binary (always), choice, "
+            "numeric.",
+        ),
+    ] = "binary",
+    kind_questions_per_day: Annotated[
+        int, typer.Option(help="Choice and numeric questions per day, of each kind asked.")
+    ] = 10,
+    kind_panel: Annotated[
+        int, typer.Option(help="Held-out panel questions per choice or numeric kind.")
+    ] = 300,
 ) -> None:
     """The whole delayed-reward loop on the simulated world, offline: it learns in minutes."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -32,15 +46,23 @@ def demo_command(
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
     from flows.demo.run import DemoConfig, run_demo
+    from futureworld.domain import QuestionKind
 
-    config = DemoConfig(
-        out_dir=out,
-        rounds=rounds,
-        questions_per_day=questions_per_day,
-        samples=samples,
-        panel_questions=panel,
-        seed=seed,
-    )
+    try:
+        kind_list = tuple(QuestionKind(k.strip()) for k in kinds.split(",") if k.strip())
+        config = DemoConfig(
+            out_dir=out,
+            rounds=rounds,
+            questions_per_day=questions_per_day,
+            samples=samples,
+            panel_questions=panel,
+            seed=seed,
+            kinds=kind_list,
+            kind_questions_per_day=kind_questions_per_day,
+            kind_panel_questions=kind_panel,
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--kinds") from None
     if console.is_terminal:
         with Progress(
             TextColumn("[bold]{task.description}"),
@@ -93,6 +115,32 @@ def demo_command(
             "—" if m.staleness is None else f"{m.staleness:.2f}",
         )
     console.print(table)
+    for kind, scores in result.kind_scores.items():
+        choice = kind is QuestionKind.CHOICE
+        kind_table = Table(
+            "round",
+            "version",
+            "n",
+            "multiclass Brier" if choice else "CRPS",
+            "top-label ECE" if choice else "90% coverage",
+            "truth (floor)",
+            "parsed",
+            title=f"{kind} questions: the round's policy on their held-out panel",
+        )
+        for s in scores:
+            kind_table.add_row(
+                str(s.round),
+                str(s.policy_version),
+                str(len(s.score)),
+                f"{s.mean_score:.4f}",
+                f"{s.calibration:.4f}",
+                f"{s.true_score:.4f}",
+                f"{s.parse_rate:.2f}",
+            )
+        console.print(kind_table)
+        claim = result.kind_claims.get(kind)
+        summary = "no forecasts to compare" if claim is None else claim.summary()
+        console.print(f"Round 0 → last round, paired over the {kind} panel: {summary}.")
     verdict = "no forecasts to compare" if result.claim is None else result.claim.summary()
     console.print(
         f"Round 0 → last round, paired over the panel: {verdict}. Report: {result.report}"

@@ -171,9 +171,12 @@ def write_report(
     claim: LearningClaim | None,
     *,
     header: str,
+    extra_markdown: str = "",
+    extra_json: dict[str, object] | None = None,
 ) -> Path:
     """metrics.json, report.md and PNG plots (Brier and ECE by round, reliability diagrams of
-    the first and last rounds) in `out_dir`."""
+    the first and last rounds) in `out_dir`; `extra_markdown` ends the report and
+    `extra_json` goes into metrics.json under "kinds" (the choice and numeric panels)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "metrics.json").write_text(
         _json(
@@ -210,6 +213,7 @@ def write_report(
                         for name, d in (("brier", claim.brier), ("ece", claim.ece))
                     },
                 },
+                **({"kinds": extra_json} if extra_json else {}),
             }
         )
     )
@@ -268,6 +272,8 @@ def write_report(
         "![Reliability](reliability.png)",
         "",
     ]
+    if extra_markdown:
+        lines += [extra_markdown, ""]
     report = out_dir / "report.md"
     report.write_text("\n".join(lines))
     return report

@@ -16,6 +16,14 @@ hundredths of Brier, and only a big panel, compared pairwise, tells that from lu
 Everything lives under `--out`; a rerun starts afresh. `out/demo.log` gets one line per
 round (elapsed time, policy version, the panel's Brier and ECE), written as the round ends,
 so progress is visible in a log whether or not anyone watches a terminal.
+
+`kinds` (`--kinds binary,choice,numeric`) has the world also pose choice and numeric questions
+(`kind_questions_per_day` of each a day): they are harvested, forecast, resolved and rewarded
+like the binary ones, the warm start adds the reference's answers to them, each round's
+update trains every question on its own kind's reward (brier, rlcr, crps), answers get
+`kind_max_new_tokens` tokens, and each round's policy is also scored on a held-out panel per
+kind (flows.demo.kinds). Binary questions are always posed; the default (binary only) demo
+runs exactly as it did before kinds existed.
 """
 
 from __future__ import annotations
@@ -23,14 +31,26 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flows.context import PipelineContext, build_context, open_engine
+from flows.demo.kinds import (
+    KindClaim,
+    KindPanelQuestion,
+    KindPanelScore,
+    build_kind_panel,
+    kind_answer_text,
+    kind_claim,
+    kind_report,
+    kind_warm_start_examples,
+    kind_warm_start_trajectories,
+    score_kind_panel,
+)
 from flows.demo.panel import (
     CYCLE_HOUR,
     PANEL_QUESTIONS_PER_DAY,
@@ -49,10 +69,14 @@ from flows.demo.report import (
 )
 from flows.settings import Settings
 from flows.stages.training import TrainOptions
-from futureworld.domain import Agent, BackendKind, GenerationSettings
+from futureworld.domain import Agent, BackendKind, GenerationSettings, QuestionKind
+from futureworld.rewards import RewardFn
 from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator
 from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent
+
+if TYPE_CHECKING:
+    from futureworld.world import WorldConfig
 
 LEARNER = "forecaster"
 CROWD = "crowd"
@@ -95,13 +119,44 @@ class DemoConfig:
     temperature: float = 1.0
     hidden_size: int = 64
     layers: int = 2
+    kinds: tuple[QuestionKind, ...] = (QuestionKind.BINARY,)
+    """Question kinds the world poses: binary always, choice and numeric on request."""
+    kind_questions_per_day: int = 10
+    """Choice and numeric questions the world poses a day, of each kind in `kinds`."""
+    kind_panel_questions: int = 300
+    """Held-out panel questions per choice or numeric kind, one sample each."""
+    kind_max_new_tokens: int = 64
+    """A turn's token budget when choice or numeric questions are posed: their answers are
+    longer than a probability."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "estimator", Estimator(self.estimator))
+        kinds = tuple(QuestionKind(k) for k in self.kinds)
+        object.__setattr__(self, "kinds", kinds)
+        if QuestionKind.BINARY not in kinds or len(set(kinds)) != len(kinds):
+            raise ValueError(f"kinds must name binary and each kind once, got {list(kinds)}")
+        if self.extra_kinds and (self.kind_questions_per_day < 1 or self.kind_panel_questions < 1):
+            raise ValueError("kind_questions_per_day and kind_panel_questions must be >= 1")
         if self.rounds < 2:
             raise ValueError(f"the demo needs at least 2 rounds to compare, got {self.rounds}")
         if self.questions_per_day < 1 or self.samples < 2 or self.panel_questions < 1:
             raise ValueError("questions_per_day and panel_questions must be >= 1, samples >= 2")
+
+    @property
+    def extra_kinds(self) -> tuple[QuestionKind, ...]:
+        """The kinds besides binary, in `kinds` order."""
+        return tuple(k for k in self.kinds if k is not QuestionKind.BINARY)
+
+    def world_config(self, **values: object) -> WorldConfig:
+        """A world posing this demo's kinds (a binary-only world is unchanged by kinds)."""
+        from futureworld.world import WorldConfig
+
+        per_day = self.kind_questions_per_day
+        return WorldConfig(
+            choice_questions_per_day=per_day if QuestionKind.CHOICE in self.kinds else 0,
+            numeric_questions_per_day=per_day if QuestionKind.NUMERIC in self.kinds else 0,
+            **values,  # type: ignore[arg-type]
+        )
 
     @property
     def generation(self) -> GenerationSettings:
@@ -109,7 +164,7 @@ class DemoConfig:
         return GenerationSettings(
             temperature=self.temperature,
             max_turns=1,
-            max_new_tokens=12,
+            max_new_tokens=self.kind_max_new_tokens if self.extra_kinds else 12,
             max_total_tokens=1024,
             brief_prompt=True,
             seed=self.seed,
@@ -128,6 +183,7 @@ class DemoConfig:
     @property
     def update(self) -> TrainOptions:
         """Each round's RL update: one rollout a packed row, `rl_groups_per_step` groups a step."""
+        own_reward = {QuestionKind.CHOICE: RewardFn.RLCR, QuestionKind.NUMERIC: RewardFn.CRPS}
         return TrainOptions(
             estimator=self.estimator,
             learning_rate=self.rl_learning_rate,
@@ -135,6 +191,7 @@ class DemoConfig:
             groups_per_step=self.rl_groups_per_step,
             temperature=self.temperature,
             min_groups=self.min_groups,
+            kind_rewards=tuple(own_reward[k] for k in self.extra_kinds),
         )
 
 
@@ -144,6 +201,9 @@ class DemoResult:
     report: Path
     out_dir: Path
     claim: LearningClaim | None
+    kind_scores: dict[QuestionKind, list[KindPanelScore]] = field(default_factory=dict)
+    """Each extra kind's panel score per round."""
+    kind_claims: dict[QuestionKind, KindClaim | None] = field(default_factory=dict)
 
     @property
     def learned(self) -> bool:
@@ -158,9 +218,9 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     from flows.orchestration.pipeline import daily_cycle_flow, resolve_and_backfill_flow
     from flows.stages.training import supervised_finetune
     from futureworld.agent.demonstrations import answer_text
-    from futureworld.agent.prompts import SYSTEM_PROMPT
+    from futureworld.agent.prompts import SYSTEM_PROMPT, SYSTEM_PROMPTS
     from futureworld.policy.tiny import init_tiny_model
-    from futureworld.world import SimClock, World, WorldConfig, serve_world
+    from futureworld.world import SimClock, World, serve_world
 
     report = progress or (lambda _step, _done, _total: None)
     total = config.rounds + 3
@@ -170,14 +230,14 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         shutil.rmtree(state)
     state.mkdir(parents=True)
     world = World(
-        WorldConfig(
+        config.world_config(
             seed=config.seed,
             questions_per_day=config.questions_per_day,
             max_horizon_days=config.max_horizon_days,
         )
     )
     panel_world = World(
-        WorldConfig(
+        config.world_config(
             seed=config.seed,
             questions_per_day=min(config.panel_questions, PANEL_QUESTIONS_PER_DAY),
             cancel_rate=0.0,
@@ -187,7 +247,9 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
 
     report("tiny model and SFT warm start", 0, total)
     warm_world = World(
-        WorldConfig(seed=config.seed + 10_000, questions_per_day=config.sft_questions_per_day)
+        config.world_config(
+            seed=config.seed + 10_000, questions_per_day=config.sft_questions_per_day
+        )
     )
     examples = warm_start_questions(
         warm_world,
@@ -198,6 +260,17 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     # The tokenizer also learns the prompt and the answer strings themselves.
     texts = [SYSTEM_PROMPT, *(f"{q.title} {q.background}" for q, _ in examples)]
     texts += [answer_text(k / 100) for k in range(101)]
+    kind_examples = []
+    if config.extra_kinds:
+        kind_examples = kind_warm_start_examples(
+            warm_world,
+            config.sft_days,
+            sharpening=config.sft_sharpening,
+            noise_logit=config.sft_noise_logit,
+        )
+        texts += [SYSTEM_PROMPTS[k] for k in config.extra_kinds]
+        texts += [f"{e.question.title} {e.question.background}" for e in kind_examples]
+        texts += [kind_answer_text(e) for e in kind_examples]
     model_dir = init_tiny_model(
         state / "base-model",
         seed=config.seed,
@@ -220,12 +293,19 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         )
         ensure_agent(session, Agent(name=CROWD, base_model=CROWD, backend=BackendKind.BASELINE))
     tokenizer = ctx.tokenizer(learner, ctx.current_version(learner))
-    supervised_finetune(
-        ctx, LEARNER, warm_start_trajectories(tokenizer, examples), config.warm_start
+    demonstrations = warm_start_trajectories(tokenizer, examples)
+    demonstrations += kind_warm_start_trajectories(
+        tokenizer, kind_examples, first_index=len(demonstrations)
     )
+    supervised_finetune(ctx, LEARNER, demonstrations, config.warm_start)
 
     panel = build_panel(panel_world, config.panel_questions)
     panels: list[PanelScore] = []
+    kind_panels = {
+        kind: build_kind_panel(panel_world, kind, config.kind_panel_questions)
+        for kind in config.extra_kinds
+    }
+    kind_scores: dict[QuestionKind, list[KindPanelScore]] = {k: [] for k in kind_panels}
     round_log = _RoundLog(out_dir / "demo.log")
     with serve_world(world, clock) as server, _flow_environment(settings, server):
         for r in range(config.rounds):
@@ -238,7 +318,9 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
                 train=config.update,
             )
             panels.append(_score_panel(ctx, panel, r, config))
-            round_log.write(panels[-1])
+            for kind, kind_panel in kind_panels.items():
+                kind_scores[kind].append(_score_kind_panel(ctx, kind, kind_panel, r, config))
+            round_log.write(panels[-1], [scores[-1] for scores in kind_scores.values()])
             clock.advance(days=1)
         report("final resolution and the report", 1 + config.rounds, total)
         clock.advance(days=config.max_horizon_days + 1)
@@ -259,10 +341,27 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         "Brier is the floor."
     )
     claim = learning_claim(panels)
-    path = write_report(out_dir, metrics, panels, claim, header=header)
+    kind_claims = {kind: kind_claim(scores) for kind, scores in kind_scores.items()}
+    extra_markdown, extra_json = kind_report(kind_scores, kind_claims, out_dir)
+    path = write_report(
+        out_dir,
+        metrics,
+        panels,
+        claim,
+        header=header,
+        extra_markdown=extra_markdown,
+        extra_json=extra_json,
+    )
     engine.dispose()
     report("done", total, total)
-    return DemoResult(rounds=metrics, report=path, out_dir=out_dir, claim=claim)
+    return DemoResult(
+        rounds=metrics,
+        report=path,
+        out_dir=out_dir,
+        claim=claim,
+        kind_scores=kind_scores,
+        kind_claims=kind_claims,
+    )
 
 
 class _RoundLog:
@@ -273,15 +372,23 @@ class _RoundLog:
         self._started = time.perf_counter()
         path.write_text("")
 
-    def write(self, score: PanelScore) -> None:
+    def write(self, score: PanelScore, kind_scores: Sequence[KindPanelScore] = ()) -> None:
         from futureworld.scoring import brier, expected_calibration_error
 
+        parsed = bool(score.p_yes)  # a round may parse nothing: its scores are NaN
+        panel_brier = brier(score.p_yes, score.y) if parsed else float("nan")
+        panel_ece = expected_calibration_error(score.p_yes, score.y) if parsed else float("nan")
         line = (
             f"{time.perf_counter() - self._started:8.1f}s  round {score.round:>3}  "
-            f"version {score.policy_version:>3}  panel Brier {brier(score.p_yes, score.y):.4f}  "
-            f"ECE {expected_calibration_error(score.p_yes, score.y):.4f}  "
-            f"parsed {score.parse_rate:.2f}"
+            f"version {score.policy_version:>3}  panel Brier {panel_brier:.4f}  "
+            f"ECE {panel_ece:.4f}  parsed {score.parse_rate:.2f}"
         )
+        for kind_score in kind_scores:
+            name = "Brier" if kind_score.kind is QuestionKind.CHOICE else "CRPS"
+            line += (
+                f"  {kind_score.kind} {name} {kind_score.mean_score:.4f} "
+                f"parsed {kind_score.parse_rate:.2f}"
+            )
         with self._path.open("a") as log:
             log.write(line + "\n")
 
@@ -297,6 +404,27 @@ def _score_panel(ctx: PipelineContext, panel, round_no: int, config: DemoConfig)
         round_no=round_no,
         policy_version=version.version,
         samples=config.panel_samples,
+        seed=config.seed,
+    )
+
+
+def _score_kind_panel(
+    ctx: PipelineContext,
+    kind: QuestionKind,
+    panel: Sequence[KindPanelQuestion],
+    round_no: int,
+    config: DemoConfig,
+) -> KindPanelScore:
+    """The round's newest policy forecasts a choice or numeric panel."""
+    learner = ctx.agent(LEARNER)
+    version = ctx.current_version(learner)
+    return score_kind_panel(
+        ctx.backend(learner, version),
+        learner.generation,
+        kind,
+        panel,
+        round_no=round_no,
+        policy_version=version.version,
         seed=config.seed,
     )
 

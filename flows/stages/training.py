@@ -13,6 +13,12 @@ is refused with a clear error.
 
 Which weights an update starts from, which AdamW state it continues and which reference its
 KL penalty uses are decided in `flows.stages.lineage`.
+
+Question kinds: an update trains on the stored reward `reward_fn`, which scores one kind
+(brier and log_score binary, rlcr choice, crps numeric). `kind_rewards` adds rewards of other
+kinds, so a mixed-kind agent trains each question on its own kind's reward in one update: the
+groups of every reward are merged in replay order (oldest first), and a group's advantage is
+taken within the group, on one reward's scale.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from flows.context import PipelineContext
 from flows.stages.lineage import (
@@ -38,12 +44,14 @@ from flows.stages.training_lock import one_update_per_agent
 from futureworld.domain import (
     Agent,
     PolicyVersion,
+    QuestionKind,
+    ReplayBatch,
     ScoredRollout,
     TrainingRun,
     TrainStep,
     Trajectory,
 )
-from futureworld.rewards import DEFAULT_REWARD, RewardFn
+from futureworld.rewards import DEFAULT_REWARD, RewardFn, rewards_for_kind
 from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator, LossAggregation, TrainConfig
 from storage.engine import run_transaction, session_scope
 from storage.repositories.agents import register_policy_version
@@ -59,6 +67,10 @@ if TYPE_CHECKING:
     from futureworld.rl.trainer import TrainResult
 
 
+def _reward_kind(reward_fn: RewardFn) -> QuestionKind:
+    return next(kind for kind in QuestionKind if reward_fn in rewards_for_kind(kind))
+
+
 class TrainOptions(BaseModel):
     """What a person chooses for one update, from the CLI, a Prefect parameter or the demo;
     everything else is TrainConfig's default. Typed end to end: enums, numbers, flags."""
@@ -69,6 +81,9 @@ class TrainOptions(BaseModel):
     """Advantage estimator (dr_grpo, grpo, rloo, forecast_info_gain, siop) or sft."""
     reward_fn: RewardFn = DEFAULT_REWARD
     """Which stored reward the update trains on."""
+    kind_rewards: tuple[RewardFn, ...] = ()
+    """Rewards of other question kinds also trained on (e.g. rlcr, crps next to brier): each
+    question trains on its own kind's reward. At most one reward per kind, in all."""
     lora: bool = False
     """Train a LoRA adapter over the base model instead of all weights."""
     learning_rate: float = TrainConfig.learning_rate
@@ -95,6 +110,21 @@ class TrainOptions(BaseModel):
     nproc: int = 1
     """Training processes on this machine (torchrun, DDP; gloo on CPU, NCCL on GPUs): each
     takes a share of every step's whole groups; the update equals one process's."""
+
+    @field_validator("kind_rewards")
+    @classmethod
+    def _one_reward_per_kind(cls, value: tuple[RewardFn, ...], info: Any) -> tuple[RewardFn, ...]:
+        rewards = (info.data.get("reward_fn", DEFAULT_REWARD), *value)
+        kinds = [_reward_kind(RewardFn(fn)) for fn in rewards]
+        if len(set(kinds)) != len(kinds):
+            named = ", ".join(f"{fn} ({kind})" for fn, kind in zip(rewards, kinds, strict=True))
+            raise ValueError(f"one reward per question kind, got {named}")
+        return value
+
+    @property
+    def rewards(self) -> tuple[RewardFn, ...]:
+        """Every reward the update trains on: `reward_fn`, then `kind_rewards`."""
+        return (self.reward_fn, *self.kind_rewards)
 
     def train_config(self, *, device: str | None) -> TrainConfig:
         return TrainConfig(
@@ -259,22 +289,26 @@ def replay_and_train(
         current if resume_from is None else registered_version(ctx, agent, current, resume_from)
     )
     with session_scope(ctx.engine) as session:
-        batch = select_replay_batch(
-            session,
-            agent.id,
-            reward_fn=str(config.reward_fn),
-            current_version=parent.version,
-            max_groups=options.max_groups,
-            reuse=options.reuse,
-            as_of=revealed_by,
-        )
+        batches = [
+            select_replay_batch(
+                session,
+                agent.id,
+                reward_fn=str(reward_fn),
+                current_version=parent.version,
+                max_groups=options.max_groups,
+                reuse=options.reuse,
+                as_of=revealed_by,
+            )
+            for reward_fn in options.rewards
+        ]
+        batch = _merged_replay_batch(batches, options.max_groups)
         if options.estimator is Estimator.SIOP:
             # Unresolved groups too, on their provisional rewards (flows.stages.provisional).
             batch = with_provisional_groups(
                 session,
                 batch,
                 agent.id,
-                reward_fns=[str(config.reward_fn)],
+                reward_fns=[str(fn) for fn in options.rewards],
                 current_version=parent.version,
                 as_of=revealed_by or ctx.as_of,
                 max_groups=options.max_groups,
@@ -289,6 +323,7 @@ def replay_and_train(
         "reuse": options.reuse,
         "groups": len(batch.groups),
         "reward_fn": str(config.reward_fn),
+        "kind_rewards": [str(fn) for fn in options.kind_rewards],
     }
 
     def consume(session: Any, run_id: int) -> None:
@@ -320,6 +355,23 @@ def replay_and_train(
         remaining_groups=batch.remaining_groups,
         checkpoint_path=str(version.checkpoint_path),
         steps=[dict(m) for m in result.metrics],
+    )
+
+
+def _merged_replay_batch(batches: Sequence[ReplayBatch], max_groups: int | None) -> ReplayBatch:
+    """One batch of the groups of several rewards (each of its own question kind, so no group
+    is in two), oldest group first, cut at `max_groups`."""
+    if len(batches) == 1:
+        return batches[0]
+    groups = sorted(
+        (group for batch in batches for group in batch.groups),
+        key=lambda g: (g[0].trajectory.created_at, g[0].trajectory.id or 0),
+    )
+    chosen = groups if max_groups is None else groups[:max_groups]
+    return ReplayBatch(
+        groups=tuple(chosen),
+        skipped_small_groups=sum(b.skipped_small_groups for b in batches),
+        remaining_groups=sum(b.remaining_groups for b in batches) + len(groups) - len(chosen),
     )
 
 

@@ -11,7 +11,8 @@ sensible forecaster's are, which also keeps every answer's leading digit "0" so 
 "very high" and "high" differ in the tenths, not in the first token.
 Its expected Brier is E[p(1−p)] + E[(p_ref − p)²]: worse than the true probabilities, better
 than the 0.25 of always saying 0.5. SFT on it teaches the format and the direction of the
-mapping; RL then has calibration left to learn.
+mapping; RL then has calibration left to learn. Choice and numeric questions get the same kind
+of reference (the section at the end): too sure of the favourite, too narrow an interval.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import math
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from statistics import NormalDist
 
-from futureworld.domain import Question
+from futureworld.domain import QUANTILE_LEVELS, Question
 from futureworld.world.config import WorldConfig, cue_probability
+from futureworld.world.kinds import SimChoiceQuestion, SimNumericQuestion
 from futureworld.world.model import World
 
 DEFAULT_SHARPENING = 2.0
@@ -95,4 +98,97 @@ def sft_examples(
                 logit = math.log(target / (1.0 - target)) + rng.gauss(0.0, noise_logit)
                 target = _clip(round(1.0 / (1.0 + math.exp(-logit)), 4))
             examples.append(SFTExample(question=question, target_p_yes=target))
+    return examples
+
+
+# -- choice and numeric questions ---------------------------------------------------------------
+#
+# The same over-confident reference for the other kinds, so that the warm start teaches each
+# answer format and the direction of the cue, and RL has calibration left to learn:
+# - choice: p_ref ∝ p_true^s (s = `sharpening`), with Gaussian noise of sd `noise_logit` on
+#   each option's log-probability; clipped to REFERENCE_RANGE and renormalised.
+# - numeric: the quantiles of N(μ + ε, (σ/s)²) clipped to the range, ε ~ N(0, (σ·noise/2)²):
+#   the stated centre, too narrow an interval.
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindSFTExample:
+    question: Question
+    """The question as a harvest of the world's Manifold API yields it."""
+    probabilities: tuple[float, ...] = ()
+    """Choice: the reference's probability per option."""
+    quantiles: tuple[float, ...] = ()
+    """Numeric: the reference's values at QUANTILE_LEVELS."""
+
+
+def choice_reference(
+    question: SimChoiceQuestion,
+    *,
+    sharpening: float = DEFAULT_SHARPENING,
+    noise_logit: float = 0.0,
+    rng: random.Random | None = None,
+) -> tuple[float, ...]:
+    """The over-confident reference's probability per option (sums to 1, each in range)."""
+    if sharpening <= 0:
+        raise ValueError(f"sharpening must be > 0, got {sharpening}")
+    logs = [sharpening * math.log(p) for p in question.probabilities]
+    if noise_logit > 0:
+        if rng is None:
+            raise ValueError("noise needs a random stream")
+        logs = [v + rng.gauss(0.0, noise_logit) for v in logs]
+    top = max(logs)
+    weights = [math.exp(v - top) for v in logs]
+    clipped = [_clip(w / sum(weights)) for w in weights]
+    return tuple(round(p / sum(clipped), 4) for p in clipped)
+
+
+def numeric_reference(
+    question: SimNumericQuestion,
+    *,
+    sharpening: float = DEFAULT_SHARPENING,
+    noise: float = 0.0,
+    rng: random.Random | None = None,
+) -> tuple[float, ...]:
+    """The over-confident reference's quantiles at QUANTILE_LEVELS, rounded to 0.1."""
+    if sharpening <= 0:
+        raise ValueError(f"sharpening must be > 0, got {sharpening}")
+    centre = question.mean
+    if noise > 0:
+        if rng is None:
+            raise ValueError("noise needs a random stream")
+        centre += rng.gauss(0.0, question.sigma * noise / 2.0)
+    normal = NormalDist(centre, question.sigma / sharpening)
+    spec = question.spec
+    return tuple(
+        round(min(spec.upper, max(spec.lower, normal.inv_cdf(level))), 1)
+        for level in QUANTILE_LEVELS
+    )
+
+
+def kind_sft_examples(
+    world: World,
+    days: int | Iterable[int],
+    *,
+    sharpening: float = DEFAULT_SHARPENING,
+    source: str = "manifold",
+    noise_logit: float = 0.0,
+) -> list[KindSFTExample]:
+    """Warm-start pairs for every choice and numeric question posed on `days` (an int n means
+    days 0..n-1), with noise seeded by the world as for binary questions."""
+    day_list = range(days) if isinstance(days, int) else list(days)
+    rng = random.Random(f"{world.config.seed}:sft-kind-noise")
+    examples = []
+    for day in day_list:
+        for sim in world.kind_questions_posed_on(day):
+            question = sim.to_domain(source=source)
+            if isinstance(sim, SimChoiceQuestion):
+                probabilities = choice_reference(
+                    sim, sharpening=sharpening, noise_logit=noise_logit, rng=rng
+                )
+                examples.append(KindSFTExample(question=question, probabilities=probabilities))
+            else:
+                quantiles = numeric_reference(
+                    sim, sharpening=sharpening, noise=noise_logit, rng=rng
+                )
+                examples.append(KindSFTExample(question=question, quantiles=quantiles))
     return examples
