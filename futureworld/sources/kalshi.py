@@ -1,4 +1,5 @@
-"""Kalshi adapter (Trade API v2, public market data): open binary markets and settlements.
+"""Kalshi adapter (Trade API v2, public market data): open binary and scalar markets and their
+settlements.
 
 GET /trade-api/v2/markets?limit=&cursor=&status=open returns {"markets": [...], "cursor": ""}
 (an empty cursor ends paging); GET /trade-api/v2/markets/{ticker} returns {"market": {...}}.
@@ -10,14 +11,32 @@ Multivariate markets (combos/parlays: a `mve_collection_ticker` and the `mve_sel
 they bundle, `market_type` still "binary") are not forecastable questions of their own: the
 listing asks for `mve_filter=exclude`, and any that still arrive are skipped as
 `skipped_multivariate`.
+
+Scalar markets (`market_type` "scalar": LONG/YES pays between 0 and 1 dollar, linearly in the
+underlying value between `floor_strike` and `cap_strike`) become numeric questions on the
+closed range [floor_strike, cap_strike]: the payout is flat beyond the strikes, so that range
+is all the market can say. The crowd forecast is the YES price p (mid of bid/ask, else last
+price) as the point floor + p·(cap − floor), a point mass (all five quantiles equal). The
+outcome is `expiration_value` (the underlying value the settlement used) clipped to the
+range, else floor + settlement_value/100·(cap − floor) from the YES side's settlement value
+in cents. A scalar market without both strikes (the API does not describe its range) is
+skipped (skipped_scalar_without_range); other market types count as skipped_unsupported_kind.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
-from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
+from futureworld.domain import (
+    QUANTILE_LEVELS,
+    NumericSpec,
+    OutcomeStatus,
+    Question,
+    QuestionKind,
+    utc_now,
+)
 from futureworld.sources.base import (
     HarvestResult,
     Page,
@@ -64,8 +83,27 @@ def crowd_p_yes(market: dict[str, Any]) -> float | None:
     return last if last else None
 
 
+def scalar_spec(market: dict[str, Any]) -> NumericSpec:
+    """The closed range [floor_strike, cap_strike] of a scalar market (module docstring)."""
+    return NumericSpec(lower=float(market["floor_strike"]), upper=float(market["cap_strike"]))
+
+
+def _scalar_value(spec: NumericSpec, p: float) -> float:
+    return spec.lower + p * (spec.upper - spec.lower)
+
+
+def _scalar_fields(market: dict[str, Any]) -> dict[str, Any]:
+    spec = scalar_spec(market)
+    extra: dict[str, Any] = spec.to_extra()
+    p = crowd_p_yes(market)
+    if p is not None:
+        extra["crowd_quantiles"] = [_scalar_value(spec, p)] * len(QUANTILE_LEVELS)
+    return extra
+
+
 def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
-    """One binary market to a Question; KeyError/ValueError when malformed."""
+    """One binary or scalar market to a Question; KeyError/ValueError when malformed."""
+    scalar = market.get("market_type", "binary") == "scalar"
     ticker = str(market["ticker"])
     title = str(market["title"]).strip()
     if market.get("yes_sub_title") and market["yes_sub_title"] not in title:
@@ -76,7 +114,7 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     return Question(
         source=SOURCE,
         external_id=ticker,
-        kind=QuestionKind.BINARY,
+        kind=QuestionKind.NUMERIC if scalar else QuestionKind.BINARY,
         title=title,
         background=market.get("subtitle") or "",
         resolution_criteria=rules,
@@ -86,8 +124,11 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
         info_cutoff_at=now,
         close_at=from_iso(market.get("close_time")),
         resolve_by=from_iso(market.get("latest_expiration_time") or market.get("expiration_time")),
-        crowd_probability=crowd_p_yes(market),
-        extra={"event_ticker": market.get("event_ticker")},
+        crowd_probability=None if scalar else crowd_p_yes(market),
+        extra={
+            "event_ticker": market.get("event_ticker"),
+            **(_scalar_fields(market) if scalar else {}),
+        },
     )
 
 
@@ -101,7 +142,8 @@ def harvest_open(
     max_pages: int = 50,
     token: str | None = None,
 ) -> HarvestResult:
-    """Cursor-page open markets; keeps binary markets that close after `now`."""
+    """Cursor-page open markets; keeps binary and scalar markets (module docstring) that close
+    after `now`."""
     del token  # market data is public; trading auth (RSA signatures) is not needed here
     now = now or utc_now()
     url = join_url(base_url, f"{API_PREFIX}/markets")
@@ -147,20 +189,27 @@ def _skip_reason(market: Any, now: datetime) -> str | None:
         return "malformed"
     if is_multivariate(market):
         return "multivariate"
-    if market.get("market_type", "binary") != "binary":
-        return "not_binary"
+    market_type = market.get("market_type", "binary")
+    if market_type == "scalar":
+        if market.get("floor_strike") is None or market.get("cap_strike") is None:
+            return "scalar_without_range"
+    elif market_type != "binary":
+        return "unsupported_kind"
     if market.get("status", "open") not in OPEN_STATUSES:
         return "closed"
     return close_skip_reason(market.get("close_time"), from_iso, now)
 
 
 def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceResolution | None:
-    """result yes/no once determined (final=False) or finalized (final=True); void → annulled."""
+    """result yes/no (a scalar market: its value, module docstring) once determined
+    (final=False) or finalized (final=True); void → annulled."""
     status = str(market.get("status") or "")
     if status not in FINAL_STATUSES | PROVISIONAL_STATUSES:
         return None
     result = str(market.get("result") or "").lower()
-    if result in ("yes", "no"):
+    if result != "void" and market.get("market_type") == "scalar":
+        outcome, value = OutcomeStatus.RESOLVED, _scalar_outcome(market)
+    elif result in ("yes", "no"):
         outcome, value = OutcomeStatus.RESOLVED, 1.0 if result == "yes" else 0.0
     elif result == "void":
         outcome, value = OutcomeStatus.ANNULLED, None
@@ -180,6 +229,23 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
         now=now,
         final=status in FINAL_STATUSES,
     )
+
+
+def _scalar_outcome(market: dict[str, Any]) -> float:
+    spec = scalar_spec(market)
+    raw = market.get("expiration_value")
+    try:
+        value = float(raw) if raw not in (None, "") else None
+    except (TypeError, ValueError):
+        value = None
+    if value is None:
+        cents = market.get("settlement_value")
+        if cents in (None, ""):
+            raise ValueError("a settled scalar market without expiration_value or settlement_value")
+        value = _scalar_value(spec, float(cents) / 100.0)
+    if not math.isfinite(value):
+        raise ValueError(f"scalar value {raw!r} is not a finite number")
+    return min(spec.upper, max(spec.lower, value))
 
 
 fetch_resolutions = per_id_fetch_resolutions(

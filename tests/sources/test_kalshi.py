@@ -52,7 +52,7 @@ def test_cursor_paging_and_crowd_from_dollar_fields(server, client):
     result = kalshi.harvest_open(client, server.base_url, now=NOW, page_size=2)
     assert [q.external_id for q in result.questions] == [f"KXCPI-26MAR-T{i}" for i in range(4)]
     assert [r.query.get("cursor") for r in server.requests_to(MARKETS)] == [None, "2", "4"]
-    assert result.counts["skipped_not_binary"] == 1
+    assert result.counts["skipped_scalar_without_range"] == 1
     assert result.questions[0].crowd_probability == pytest.approx(0.42)  # mid of 0.40 / 0.44
     assert result.questions[0].domain == "Economics"
 
