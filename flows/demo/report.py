@@ -17,14 +17,17 @@ round's own (unpaired) Brier interval is reported as well.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from flows.context import PipelineContext
+from flows.demo.kinds import KindPanelScore
 from flows.demo.panel import PanelScore
 from flows.stages.evaluating import forecast_records
+from futureworld.domain import QuestionKind
 from futureworld.evaluation import plot_metric_by_round, plot_reliability
 from futureworld.scoring import (
     PairedDifference,
@@ -277,6 +280,35 @@ def write_report(
     report = out_dir / "report.md"
     report.write_text("\n".join(lines))
     return report
+
+
+class RoundLog:
+    """One line per round, appended and flushed as the round ends."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._started = time.perf_counter()
+        path.write_text("")
+
+    def write(self, score: PanelScore, kind_scores: Sequence[KindPanelScore] = ()) -> None:
+        from futureworld.scoring import brier, expected_calibration_error
+
+        parsed = bool(score.p_yes)  # a round may parse nothing: its scores are NaN
+        panel_brier = brier(score.p_yes, score.y) if parsed else float("nan")
+        panel_ece = expected_calibration_error(score.p_yes, score.y) if parsed else float("nan")
+        line = (
+            f"{time.perf_counter() - self._started:8.1f}s  round {score.round:>3}  "
+            f"version {score.policy_version:>3}  panel Brier {panel_brier:.4f}  "
+            f"ECE {panel_ece:.4f}  parsed {score.parse_rate:.2f}"
+        )
+        for kind_score in kind_scores:
+            name = "Brier" if kind_score.kind is QuestionKind.CHOICE else "CRPS"
+            line += (
+                f"  {kind_score.kind} {name} {kind_score.mean_score:.4f} "
+                f"parsed {kind_score.parse_rate:.2f}"
+            )
+        with self._path.open("a") as log:
+            log.write(line + "\n")
 
 
 def _json(data: object) -> str:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -62,6 +61,7 @@ from flows.demo.panel import (
 )
 from flows.demo.report import (
     LearningClaim,
+    RoundLog,
     RoundMetrics,
     learning_claim,
     round_metrics,
@@ -306,7 +306,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         for kind in config.extra_kinds
     }
     kind_scores: dict[QuestionKind, list[KindPanelScore]] = {k: [] for k in kind_panels}
-    round_log = _RoundLog(out_dir / "demo.log")
+    round_log = RoundLog(out_dir / "demo.log")
     with serve_world(world, clock) as server, _flow_environment(settings, server):
         for r in range(config.rounds):
             report(f"round {r}: daily cycle on {clock.now().date()}", 1 + r, total)
@@ -362,35 +362,6 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         kind_scores=kind_scores,
         kind_claims=kind_claims,
     )
-
-
-class _RoundLog:
-    """One line per round, appended and flushed as the round ends."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._started = time.perf_counter()
-        path.write_text("")
-
-    def write(self, score: PanelScore, kind_scores: Sequence[KindPanelScore] = ()) -> None:
-        from futureworld.scoring import brier, expected_calibration_error
-
-        parsed = bool(score.p_yes)  # a round may parse nothing: its scores are NaN
-        panel_brier = brier(score.p_yes, score.y) if parsed else float("nan")
-        panel_ece = expected_calibration_error(score.p_yes, score.y) if parsed else float("nan")
-        line = (
-            f"{time.perf_counter() - self._started:8.1f}s  round {score.round:>3}  "
-            f"version {score.policy_version:>3}  panel Brier {panel_brier:.4f}  "
-            f"ECE {panel_ece:.4f}  parsed {score.parse_rate:.2f}"
-        )
-        for kind_score in kind_scores:
-            name = "Brier" if kind_score.kind is QuestionKind.CHOICE else "CRPS"
-            line += (
-                f"  {kind_score.kind} {name} {kind_score.mean_score:.4f} "
-                f"parsed {kind_score.parse_rate:.2f}"
-            )
-        with self._path.open("a") as log:
-            log.write(line + "\n")
 
 
 def _score_panel(ctx: PipelineContext, panel, round_no: int, config: DemoConfig) -> PanelScore:
