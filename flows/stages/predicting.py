@@ -40,20 +40,22 @@ from flows.context import PipelineContext
 from flows.forecasters import FORECASTERS, Work
 from futureworld.domain import Question, Trajectory, utc_now
 from storage.engine import is_transient, run_transaction
+from storage.repositories.claims import (
+    claim_questions,
+    claim_workers,
+    release_claims,
+    release_worker_claims,
+    renew_claims,
+)
 from storage.repositories.events import PipelineEvent, record_events
 from storage.repositories.questions import list_questions, open_questions_at
 from storage.repositories.reforecasts import questions_due
 from storage.repositories.rollouts import (
     PREDICT_STAGE,
-    claim_questions,
-    claim_workers,
     existing_samples,
     insert_rollouts,
     prediction_failure_source,
     prediction_failures,
-    release_claims,
-    release_worker_claims,
-    renew_claims,
 )
 
 log = logging.getLogger(__name__)

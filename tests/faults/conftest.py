@@ -23,7 +23,7 @@ from sqlalchemy import Engine, func, select
 
 from storage.engine import session_scope
 from storage.repositories.agents import list_agents
-from storage.repositories.rollouts import held_claims
+from storage.repositories.claims import held_claims
 from storage.tables import PolicyVersionRow, RewardRow, RolloutRow
 
 PG_BIN = Path(os.environ.get("FW_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
