@@ -111,3 +111,22 @@ def test_a_killed_rank_fails_the_run_and_registers_nothing(
     assert report is not None and (report.to_version, report.rollouts) == (1, 9)
     with session_scope(engine) as session:
         assert get_policy_version(session, get_agent(session, "tiny").id, 1).parent_version == 0
+
+
+def test_the_replay_and_train_flow_takes_nproc_and_serves_the_new_version(
+    prefect_harness, scored_tiny_agent, tmp_path, monkeypatch
+) -> None:
+    from flows.orchestration.pipeline import replay_and_train_flow
+    from storage.engine import make_engine
+
+    db_url = f"sqlite:///{tmp_path / 'fw.db'}"
+    monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("FW_DB_URL", db_url)
+    scored_tiny_agent(db_url, tmp_path)
+    report = replay_and_train_flow("tiny", train=TrainOptions(learning_rate=1e-3, nproc=2))
+    assert report is not None and (report.to_version, report.rollouts) == (1, 9)
+    engine = make_engine(db_url)
+    with session_scope(engine) as session:
+        runs = list(session.scalars(select(TrainingRunRow)))
+    engine.dispose()
+    assert [(r.status, r.to_version) for r in runs] == [("completed", 1)]
