@@ -9,6 +9,10 @@ title, description and stated date (never the fetch time, so a refetch keys the 
 without a link is keyed by that guid alone: its link becomes `urn:guid:<guid>`
 (LINKLESS_PREFIX), which is not a web address and is never shown as one.
 
+Dates: an entry without one is dated by the fetch (flag `date_from_fetch_time`); a stated date
+before 1990 or more than a day past the fetch keeps its value, is flagged `implausible_date` and
+reported as the feed's problem (futureworld.sources.publication_dates).
+
 Errors are isolated: whatever fetching or parsing one feed raises is recorded with the feed's
 URL and the other feeds go on; whatever one entry raises skips that entry alone.
 """
@@ -29,6 +33,7 @@ import feedparser
 
 from futureworld.domain import Article, utc_now
 from futureworld.sources.http import SourceClient, SourceError
+from futureworld.sources.publication_dates import IMPLAUSIBLE_DATE, implausible_date_reason
 
 ENCODING_ERRORS = (feedparser.CharacterEncodingOverride, feedparser.CharacterEncodingUnknown)
 LINKLESS_PREFIX = "urn:guid:"
@@ -200,7 +205,7 @@ def parse_feed(
         counts["entries"] += 1
         try:
             article = _entry_article(
-                feed_url, entry, fetched_at, feed_flags, counts, seen_guids, seen_links
+                feed_url, entry, fetched_at, feed_flags, counts, seen_guids, seen_links, errors
             )
         except Exception as exc:  # one broken entry is skipped alone
             counts["skipped_malformed"] += 1
@@ -220,6 +225,7 @@ def _entry_article(
     counts: Counter[str],
     seen_guids: set[str],
     seen_links: set[str],
+    errors: list[str],
 ) -> Article | None:
     """One entry's Article; None (counted) for a duplicate or an empty entry."""
     title = html_to_text(entry.get("title", ""))
@@ -246,6 +252,10 @@ def _entry_article(
         published_at = fetched_at
         flags.append("date_from_fetch_time")
         counts["date_from_fetch_time"] += 1
+    elif reason := implausible_date_reason(published_at, fetched_at):
+        flags.append(IMPLAUSIBLE_DATE)
+        counts[IMPLAUSIBLE_DATE] += 1
+        errors.append(f"{feed_url}: entry {guid!r} has an implausible date: {reason}")
     summary = html_to_text(entry.get("summary", ""))
     contents = entry.get("content") or []
     body = html_to_text(" ".join(str(c.get("value", "")) for c in contents))
