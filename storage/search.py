@@ -1,12 +1,14 @@
 """Full-text search over the article corpus, as of an instant: Postgres tsvector + GIN
 (ranked with ts_rank_cd) or SQLite FTS5 (ranked with bm25), behind one interface.
 
-Nothing published after `as_of` is ever returned: the filter is part of every query.
+Nothing visible only after `as_of` is ever returned: the filter on `visible_at` (the later of
+the stated and the fetch time for a live article, storage.repositories.articles) is part of
+every query, so a back-dated article never reaches a forecast made before it was fetched.
 
 Decision (Postgres): a search ranks the RANKED_WINDOW newest matches before the cut-off, not
 every match. Ranking every match costs a heap visit and a ts_rank_cd per match, and a query
 with a frequent word matches a large share of a million-article corpus (hundreds of ms); the
-newest matches come from a backward scan of the (published_at, id) index that stops after
+newest matches come from a backward scan of the (visible_at, id) index (0006) that stops after
 RANKED_WINDOW hits, or, for rare words, from the GIN index (migration 0003 gives the planner
 the statistics to choose). For a forecaster the news nearest the cut-off is the most
 informative, so the window costs little relevance. SQLite's FTS5 ranks every match with bm25
@@ -67,7 +69,7 @@ class ArticleCorpus:
         as_of = require_utc(as_of, "as_of")
         with Session(self._engine) as session:
             row = session.get(ArticleRow, article_id)
-            if row is None or row.published_at > as_of:
+            if row is None or row.visible_at > as_of:
                 return None
             return article_from_row(row)
 
@@ -77,12 +79,12 @@ class ArticleCorpus:
         rows = session.execute(
             text(
                 "SELECT id FROM ("
-                "  SELECT id, published_at, search_vector FROM article"
-                "  WHERE search_vector @@ to_tsquery('english', :q) AND published_at <= :as_of"
-                "  ORDER BY published_at DESC, id DESC LIMIT :window"
+                "  SELECT id, visible_at, search_vector FROM article"
+                "  WHERE search_vector @@ to_tsquery('english', :q) AND visible_at <= :as_of"
+                "  ORDER BY visible_at DESC, id DESC LIMIT :window"
                 ") AS recent "
                 "ORDER BY ts_rank_cd(search_vector, to_tsquery('english', :q)) DESC, "
-                "published_at DESC, id DESC LIMIT :k"
+                "visible_at DESC, id DESC LIMIT :k"
             ).bindparams(_AS_OF),
             {"q": tsquery, "as_of": as_of, "k": k, "window": max(k, RANKED_WINDOW)},
         ).all()
@@ -94,8 +96,8 @@ class ArticleCorpus:
         rows = session.execute(
             text(
                 "SELECT article.id FROM article_fts JOIN article ON article.id = article_fts.rowid "
-                "WHERE article_fts MATCH :q AND article.published_at <= :as_of "
-                "ORDER BY bm25(article_fts, 3.0, 2.0, 1.0), article.published_at DESC, "
+                "WHERE article_fts MATCH :q AND article.visible_at <= :as_of "
+                "ORDER BY bm25(article_fts, 3.0, 2.0, 1.0), article.visible_at DESC, "
                 "article.id DESC LIMIT :k"
             ).bindparams(_AS_OF),
             {"q": match, "as_of": as_of, "k": k},

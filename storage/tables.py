@@ -70,8 +70,8 @@ class ArticleRow(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("guid", name="uq_article_guid"),
         UniqueConstraint("link", name="uq_article_link"),
-        # Newest-first scans as of a cut-off, ties broken by id (storage.search).
-        Index("ix_article_published_at_id", "published_at", "id"),
+        # Newest-first scans of what was visible at a cut-off, ties by id (storage.search).
+        Index("ix_article_visible_at_id", "visible_at", "id"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -83,6 +83,8 @@ class ArticleRow(SQLModel, table=True):
     body: str = _text()
     published_at: datetime = _utc()
     fetched_at: datetime = _utc()
+    visible_at: datetime = _utc()
+    """From when a search may return it (storage.repositories.articles.visible_from)."""
     flags: list[str] = Field(default_factory=list, sa_column=Column(JSONType, nullable=False))
 
 
