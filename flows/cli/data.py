@@ -14,7 +14,7 @@ from flows.cli.common import DbOption, UserError, cli_context, console
 from futureworld.domain import Agent, BackendKind, GenerationSettings
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
-import_app = typer.Typer(no_args_is_help=True, help="Import question sets.")
+import_app = typer.Typer(no_args_is_help=True, help="Import question sets and news archives.")
 agent_app = typer.Typer(no_args_is_help=True, help="Register and list agents.")
 model_app = typer.Typer(no_args_is_help=True, help="Local models.")
 
@@ -83,6 +83,39 @@ def import_forecastbench(
         console.print(f"[yellow]problem:[/yellow] {escape(error)}", soft_wrap=True)
     if errors and not reports:
         raise UserError(f"import failed: no round imported (first problem: {errors[0]})")
+
+
+@import_app.command("articles")
+def import_articles(
+    archive: Annotated[
+        Path,
+        typer.Argument(
+            help="News archive: JSONL or CSV rows of title, body, url, published_at, source.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ],
+    db: DbOption = None,
+) -> None:
+    """Load a news archive into the corpus (visible at each article's stated publication time);
+    bad rows are reported by line and field, the others load; re-importing adds nothing."""
+    from flows.stages.importing import import_articles as run_import
+    from futureworld.sources.article_archive import ArchiveFormatError
+
+    with cli_context(db) as ctx:
+        try:
+            report = run_import(ctx, archive)
+        except ArchiveFormatError as error:
+            raise UserError(f"import failed: {error}") from None
+    console.print(
+        f"articles: {report.inserted} new, {report.existing} already stored; "
+        f"rows: {report.rows}, refused: {len(report.errors)}"
+    )
+    for error in report.errors:
+        console.print(f"[yellow]problem:[/yellow] {escape(error)}", soft_wrap=True)
+    if report.errors and report.rows == len(report.errors):
+        raise UserError(f"import failed: no row imported (first problem: {report.errors[0]})")
 
 
 @agent_app.command("add")

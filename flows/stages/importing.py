@@ -12,6 +12,11 @@ Rounds are imported oldest due date first. A round that fails (a bad file, a res
 no question set in the folder) is reported by name and the other rounds still import. A
 market question posed in several rounds becomes one question per round, with that round's
 cut-off and crowd value (futureworld.sources.forecastbench).
+
+A news archive (JSONL or CSV, futureworld.sources.article_archive) is imported into the corpus
+in one transaction, its articles visible at their stated publication time; a refused row is
+reported by line and field and the other rows load; a re-import stores nothing new (articles
+are deduplicated by guid and by link). The import time is the context's instant (`as_of`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from pathlib import Path
 
 from flows.context import PipelineContext
 from futureworld.domain import Outcome
+from futureworld.sources.article_archive import (
+    ArchiveFormatError,
+    parse_article_archive,
+)
 from futureworld.sources.forecastbench import (
     ForecastBenchFormatError,
     parse_question_set,
@@ -30,6 +39,7 @@ from futureworld.sources.forecastbench import (
 )
 from futureworld.sources.forecastbench_outcomes import match_resolutions
 from storage.engine import session_scope
+from storage.repositories.articles import Visibility, insert_articles
 from storage.repositories.questions import question_ids, record_outcomes, upsert_questions
 
 
@@ -185,3 +195,33 @@ def import_forecastbench_folder(ctx: PipelineContext, folder: Path) -> HistoryRe
             continue
         imported.append((files, report))
     return HistoryReport(rounds=imported, errors=errors)
+
+
+@dataclass(frozen=True)
+class ArticleImportReport:
+    rows: int
+    inserted: int
+    """Articles stored by this import."""
+    existing: int
+    """Valid rows whose article (by guid or link) was already stored, or repeated in the file."""
+    errors: list[str] = field(default_factory=list)
+    """One line per refused row: the file, its line number, the field and what was wrong."""
+
+
+def import_articles(ctx: PipelineContext, archive: Path) -> ArticleImportReport:
+    """Load a news archive into the corpus, visible at the stated publication times."""
+    try:
+        text = archive.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ArchiveFormatError(f"{archive}: file not found") from None
+    except UnicodeDecodeError as error:
+        raise ArchiveFormatError(f"{archive}: not UTF-8 text ({error})") from None
+    parsed = parse_article_archive(text, str(archive), imported_at=ctx.as_of)
+    with session_scope(ctx.engine) as session:
+        inserted = insert_articles(session, parsed.articles, visibility=Visibility.STATED)
+    return ArticleImportReport(
+        rows=parsed.counts["rows"],
+        inserted=inserted,
+        existing=parsed.counts["rows"] - parsed.counts["refused"] - inserted,
+        errors=parsed.errors,
+    )
