@@ -215,3 +215,14 @@ def test_groups_of_several_rewards_merge_in_replay_order() -> None:
     assert [g[0].trajectory.question_id for g in merged.groups] == [1, 3, 2]
     assert merged.skipped_small_groups == 1 and merged.remaining_groups == 3
     assert _merged_replay_batch([binary], None) is binary
+
+
+def test_the_demo_command_refuses_unknown_or_binaryless_kinds(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    for kinds, message in (("binary,dice", "dice"), ("choice,numeric", "binary")):
+        result = CliRunner().invoke(app, ["demo", "--kinds", kinds, "--out", str(tmp_path)])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert not (tmp_path / "state").exists()  # refused before anything ran
