@@ -176,12 +176,17 @@ def test_long_observations_are_cut_in_the_middle_with_a_marker(tiny_backend: Loc
     assert trajectory.p_yes == 0.4
 
 
-def test_search_never_sees_articles_after_the_questions_cutoff(tiny_backend: LocalBackend):
+def test_search_never_sees_articles_after_the_questions_close(tiny_backend: LocalBackend):
+    """A forecast searches as of its own instant, never past the question's close (here the
+    close is the cut-off, and the forecast runs ten days later)."""
     corpus = RecordingCorpus(make_articles())
     scripted = ScriptedBackend(
         tiny_backend.tokenizer, [["<search>central bank raises rates</search>"], ["<open>3</open>"]]
     )
-    trajectory = _run(scripted, corpus, samples=1, config=_settings(max_turns=3))[0]
+    question = make_question(close_at=CUTOFF)
+    trajectory = _run(
+        scripted, corpus, samples=1, config=_settings(max_turns=3), question=question
+    )[0]
     assert corpus.as_of_seen == [CUTOFF, CUTOFF]
     assert 3 not in trajectory.turns[1].tool_result_ids
     assert "raises rates by a quarter point" not in trajectory.turns[1].text
