@@ -30,10 +30,17 @@ def make_context(
 
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=None):
         yield
+        # The harness drains the log and event workers without a bound on exit; a worker left
+        # waiting on a server another test has stopped would hang the session. Drain them here
+        # with a bound first (a drained worker leaves the harness nothing to wait for).
+        APILogWorker.drain_all(timeout=60)
+        EventsWorker.drain_all(timeout=60)
 
 
 @pytest.fixture

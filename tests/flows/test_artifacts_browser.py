@@ -38,7 +38,8 @@ from prefect.client.schemas.filters import (
     ArtifactFilterFlowRunId,
     ArtifactFilterKey,
 )
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.events.worker import EventsWorker
+from prefect.settings import PREFECT_API_URL, PREFECT_LOGGING_TO_API_ENABLED, temporary_settings
 from websockets.sync.client import ClientConnection, connect
 
 from flows.orchestration.artifacts import (
@@ -320,9 +321,13 @@ def published(prefect_ui, tmp_path_factory) -> Iterator[dict[str, Any]]:
     data_dir = tmp_path_factory.mktemp("fw-data")
     db_url = f"sqlite:///{data_dir / 'fw.db'}"
     _seed(db_url)
+    # Logs stay local and pending events are drained while this server is up: workers left
+    # holding work for a server that is gone would stall the session's own harness teardown.
     with (
         pytest.MonkeyPatch.context() as env,
-        temporary_settings({PREFECT_API_URL: f"{prefect_ui}/api"}),
+        temporary_settings(
+            {PREFECT_API_URL: f"{prefect_ui}/api", PREFECT_LOGGING_TO_API_ENABLED: False}
+        ),
     ):
         env.setenv("FW_DATA_DIR", str(data_dir))
         env.setenv("FW_DB_URL", db_url)  # the flows take their database from the environment
@@ -333,6 +338,7 @@ def published(prefect_ui, tmp_path_factory) -> Iterator[dict[str, Any]]:
         training = training_curves_flow(data_dir / "reports", return_state=True)
         assert training.is_completed(), training
         training_png = training.result()
+        EventsWorker.drain_all()
         artifacts = {
             SCORE_TABLE_KEY: _artifact(run_id, SCORE_TABLE_KEY),
             RELIABILITY_KEY: _artifact(run_id, RELIABILITY_KEY),
