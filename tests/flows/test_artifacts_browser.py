@@ -18,10 +18,8 @@ import base64
 import json
 import os
 import shutil
-import socket
 import struct
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -55,8 +53,8 @@ from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
 from storage.repositories.rollouts import insert_rollouts
+from tests.flows.prefect_server import running_prefect_server
 
-PREFECT = str(Path(sys.executable).with_name("prefect"))
 CHROMIUM = os.environ.get("FW_CHROMIUM", "chromium")
 CUTOFF = datetime(2026, 5, 1, tzinfo=UTC)
 AS_OF = "2026-05-10"
@@ -80,54 +78,15 @@ PAGE_STATE_JS = """(() => ({
 }))()"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def prefect_ui(tmp_path_factory) -> Iterator[str]:
     """A real Prefect server with both bundled UIs; yields its base URL (the API is /api)."""
     home = tmp_path_factory.mktemp("prefect-ui-home")
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home),
-        "PREFECT_API_URL": f"{base}/api",  # the UI's settings hand this URL to the browser
-        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_UI_ENABLED": "true",
-        "PREFECT_CLI_PROMPT": "false",
-        "DO_NOT_TRACK": "1",
-    }
-    log = (home / "server.log").open("w")
-    server = subprocess.Popen(
-        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None, (home / "server.log").read_text()
-            assert time.monotonic() < deadline, "Prefect server did not start in 90 s"
-            time.sleep(0.5)
+    with running_prefect_server(home, ui=True) as (base, _):
         ui = httpx.get(f"{base}/ui-settings", timeout=10).json()
         assert ui["api_url"] == f"{base}/api", ui
         assert set(ui["available_uis"]) == set(UIS), ui
         yield base
-    finally:
-        server.terminate()
-        server.wait(30)
-        log.close()
 
 
 class Browser:

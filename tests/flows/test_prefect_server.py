@@ -6,69 +6,25 @@ is never a parameter: the worker has it in its environment (FW_DB_URL)."""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from storage.engine import make_engine, session_scope
 from storage.repositories.agents import get_agent, latest_policy_version
+from tests.flows.prefect_server import PREFECT, running_prefect_server
 
 REPO = Path(__file__).resolve().parents[2]
-PREFECT = str(Path(sys.executable).with_name("prefect"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def prefect_server(tmp_path_factory) -> Iterator[dict[str, str]]:
     """A real Prefect API on 127.0.0.1 and the environment its CLI and worker need."""
     home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home),
-        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
-        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_UI_ENABLED": "false",
-        "PREFECT_CLI_PROMPT": "false",
-        "DO_NOT_TRACK": "1",
-        "FW_REPO_DIR": str(REPO),
-    }
-    log = (home / "server.log").open("w")
-    server = subprocess.Popen(
-        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"{env['PREFECT_API_URL']}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None, (home / "server.log").read_text()
-            assert time.monotonic() < deadline, "Prefect server did not start in 90 s"
-            time.sleep(0.5)
+    with running_prefect_server(home, ui=False, extra_env={"FW_REPO_DIR": str(REPO)}) as (_, env):
         yield env
-    finally:
-        server.terminate()
-        server.wait(30)
-        log.close()
 
 
 def _prefect(env: dict[str, str], *args: str, timeout: float = 180) -> str:
