@@ -19,15 +19,15 @@ from sqlalchemy import Engine, event, func, select
 from flows.stages.backfilling import backfill_rewards
 from flows.stages.predicting import predict
 from flows.stages.training import TrainOptions, replay_and_train
-from futureworld.domain import Agent, Outcome, OutcomeStatus, Question, QuestionKind
+from futureworld.domain import Agent, Question, QuestionKind
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rewards import rewards_for_kind
 from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent, get_agent, latest_policy_version
-from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
+from storage.repositories.questions import upsert_questions
 from storage.tables import BackfillQueueRow, RewardRow, TrainingRunRow
 from tests.faults.conftest import ThrowawayPostgres, invariants
-from tests.flows.conftest import CUTOFF, GENERATION, make_context
+from tests.flows.conftest import CUTOFF, GENERATION, make_context, resolve_every_question
 
 QUESTIONS = 3
 G = 3
@@ -110,20 +110,7 @@ def test_predict_backfill_and_train_survive_a_server_crash_exactly_once(
     state = invariants(engine)
     assert (state.rollouts, state.duplicate_rollouts, state.held_claims) == (QUESTIONS * G, 0, 0)
 
-    with session_scope(engine) as session:
-        record_outcomes(
-            session,
-            [
-                Outcome(
-                    question_id=q.id,
-                    revision=0,
-                    status=OutcomeStatus.RESOLVED,
-                    value=float(i % 2),
-                    resolved_at=CUTOFF + timedelta(days=3),
-                )
-                for i, q in enumerate(list_questions(session))
-            ],
-        )
+    resolve_every_question(engine)
 
     # backfill: the server dies after the rewards were copied, before the queue is settled.
     queue = BackfillQueueRow.__tablename__

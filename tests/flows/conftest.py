@@ -53,11 +53,11 @@ def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
     """A local tiny-model agent with three completed, rewarded groups of three rollouts."""
     from flows.stages.backfilling import backfill_rewards
     from flows.stages.predicting import predict
-    from futureworld.domain import Agent, Outcome, OutcomeStatus, Question
+    from futureworld.domain import Agent, Question
     from futureworld.policy.tiny import init_tiny_model
     from storage.engine import make_engine, session_scope, upgrade_database
     from storage.repositories.agents import ensure_agent
-    from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
+    from storage.repositories.questions import upsert_questions
 
     engine = make_engine(db_url)
     upgrade_database(engine)
@@ -83,6 +83,17 @@ def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
             Agent(name="tiny", base_model=str(model), backend="local", generation=GENERATION),
         )
     predict(ctx, "tiny", samples=3)
+    resolve_every_question(engine)
+    backfill_rewards(ctx)
+    engine.dispose()
+
+
+def resolve_every_question(engine: Engine) -> None:
+    """Resolve every stored question, alternately NO and YES, three days after CUTOFF."""
+    from futureworld.domain import Outcome, OutcomeStatus
+    from storage.engine import session_scope
+    from storage.repositories.questions import list_questions, record_outcomes
+
     with session_scope(engine) as session:
         record_outcomes(
             session,
@@ -97,5 +108,3 @@ def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
                 for i, q in enumerate(list_questions(session))
             ],
         )
-    backfill_rewards(ctx)
-    engine.dispose()

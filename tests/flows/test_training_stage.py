@@ -25,7 +25,7 @@ from flows.stages.backfilling import backfill_rewards
 from flows.stages.predicting import predict
 from flows.stages.training import TrainOptions, replay_and_train, supervised_finetune
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
-from futureworld.domain import Agent, Outcome, OutcomeStatus, PolicyVersion, Question
+from futureworld.domain import Agent, PolicyVersion, Question
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.checkpoints import checkpoint_sha256
 from storage.engine import session_scope
@@ -35,10 +35,10 @@ from storage.repositories.agents import (
     get_policy_version,
     latest_policy_version,
 )
-from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
+from storage.repositories.questions import upsert_questions
 from storage.repositories.training import train_steps
 from storage.tables import ReplayConsumptionRow, TrainingRunRow
-from tests.flows.conftest import CUTOFF, GENERATION, make_context
+from tests.flows.conftest import CUTOFF, GENERATION, make_context, resolve_every_question
 
 FAST = TrainOptions(learning_rate=1e-3)
 
@@ -338,20 +338,7 @@ def test_an_agent_sampling_at_another_temperature_trains_at_it(
             ),
         )
     predict(ctx, "cool", samples=3)
-    with session_scope(engine) as session:
-        record_outcomes(
-            session,
-            [
-                Outcome(
-                    question_id=q.id,
-                    revision=0,
-                    status=OutcomeStatus.RESOLVED,
-                    value=float(i % 2),
-                    resolved_at=CUTOFF + timedelta(days=3),
-                )
-                for i, q in enumerate(list_questions(session))
-            ],
-        )
+    resolve_every_question(engine)
     backfill_rewards(ctx)
     report = replay_and_train(ctx, "cool", FAST)
     assert report is not None and report.rollouts == 9
