@@ -36,7 +36,6 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from loopback_completions import (
@@ -46,6 +45,7 @@ from loopback_completions import (
     reset_stats,
     spawn_loopback,
 )
+from predict_throughput import CUTOFF, bench_questions
 from sqlalchemy import create_engine, text
 
 from flows.context import build_context, open_engine
@@ -53,7 +53,7 @@ from flows.settings import Settings
 from flows.stages.predicting import predict
 from futureworld.agent.engine import run_group
 from futureworld.agent.loop import rollout_seed
-from futureworld.domain import Agent, BackendKind, GenerationSettings, Question
+from futureworld.domain import Agent, BackendKind, GenerationSettings
 from futureworld.policy.openai_http import HttpBackendConfig, OpenAIHttpBackend
 from futureworld.policy.tiny import init_tiny_model
 from storage.engine import session_scope
@@ -62,23 +62,6 @@ from storage.repositories.questions import list_questions, upsert_questions
 from storage.repositories.rollouts import insert_rollouts
 
 ADMIN = os.environ.get("FW_BENCH_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test")
-CUTOFF = datetime(2026, 3, 1, tzinfo=UTC)
-TOPICS = ("rates", "oil", "the election", "the final", "the vaccine trial", "wheat prices")
-
-
-def _questions(n: int) -> list[Question]:
-    return [
-        Question(
-            source="bench",
-            external_id=f"q{i}",
-            title=f"Will {TOPICS[i % len(TOPICS)]} move before day {i}?",
-            background="Prices rose for the third month in a row." * (1 + i % 3),
-            created_at=CUTOFF,
-            info_cutoff_at=CUTOFF,
-            close_at=CUTOFF + timedelta(days=30),
-        )
-        for i in range(n)
-    ]
 
 
 @dataclass(frozen=True)
@@ -130,7 +113,7 @@ def main() -> None:
             settings = Settings(data_dir=Path(tmp), db_url=db_url)
             engine = open_engine(settings)
             with session_scope(engine) as session:
-                upsert_questions(session, _questions(args.questions))
+                upsert_questions(session, bench_questions(args.questions))
                 for name in ("http", "http-before"):
                     ensure_agent(
                         session,

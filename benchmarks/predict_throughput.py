@@ -37,7 +37,7 @@ CUTOFF = datetime(2026, 3, 1, tzinfo=UTC)
 TOPICS = ("rates", "oil", "the election", "the final", "the vaccine trial", "wheat prices")
 
 
-def _questions(n: int) -> list[Question]:
+def bench_questions(n: int) -> list[Question]:
     return [
         Question(
             source="bench",
@@ -86,7 +86,7 @@ def main() -> None:
         model_dir = init_tiny_model(Path(tmp) / "model")
         settings = Settings(data_dir=Path(tmp), db_url=f"sqlite:///{tmp}/bench.db")
         engine = open_engine(settings)
-        questions = _questions(args.questions)
+        questions = bench_questions(args.questions)
         with session_scope(engine) as session:
             upsert_questions(session, questions)
             ensure_agent(
