@@ -10,6 +10,17 @@ minus one token, merged into the cache by padding the narrower side on the left.
 prompt arriving together (a group's G rollouts) share one prefill. Columns no row uses any
 more are trimmed whenever rows leave.
 
+Shared prefixes: the prompts of one agent begin with the same chat-template system turn (two
+thirds of the demo's 186-token prompt). When the prompts joining together share at least
+`MIN_SHARED_PREFIX` leading tokens, that prefix is prefilled once and its cache copied into
+every joining row, whose own suffix is then prefilled on top of it: a row's cache is
+[shared prefix][padding][its suffix], the padding masked and the suffix at its true positions.
+The stream keeps the last shared prefix, so a later admission whose prompts all extend it
+(groups joining one at a time as earlier ones finish) prefills only suffixes. The stream
+lives for one engine run, over fixed weights, so the kept prefix cannot go stale. The keys
+and values are the same computation split in two, equal to a whole prefill to float rounding
+(the engine's test against the one-at-a-time loop holds them to 1e-5).
+
 Admission is bounded by a token budget: rows × the widest row's reservation (its prompt plus
 its `max_new_tokens`) must stay within `max_batch_tokens`, which bounds the padded cache, the
 logits and the attention at every step; an empty batch takes any request. Sampling is
@@ -23,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from transformers import PreTrainedTokenizerBase
+from transformers import DynamicCache, PreTrainedTokenizerBase
 
 from futureworld.policy.base import FinishReason, Generation, find_stop
 from futureworld.policy.sampling import sample_rows
@@ -33,6 +44,12 @@ from futureworld.policy.streaming import (
     StreamResult,
     fresh_seed,
 )
+
+_KV = list[tuple[torch.Tensor, torch.Tensor]]
+"""Keys and values per layer, (B, H, L, D) each."""
+
+MIN_SHARED_PREFIX = 16
+"""Fewest leading tokens worth a prefill of their own to share among joining prompts."""
 
 
 @dataclass
@@ -71,6 +88,8 @@ class ContinuousBatch:
         self._pending = torch.zeros(0, dtype=torch.long, device=self._device)
         self._positions = torch.zeros(0, dtype=torch.long, device=self._device)
         self._widest = 0
+        self._shared: tuple[tuple[int, ...], _KV] | None = None
+        """The last shared prefix prefilled and its keys and values (batch of one)."""
 
     @property
     def in_flight(self) -> int:
@@ -91,7 +110,7 @@ class ContinuousBatch:
         return True
 
     def close(self) -> None:
-        self._rows, self._joining, self._cache = [], [], None
+        self._rows, self._joining, self._cache, self._shared = [], [], None, None
         self._widest = 0
 
     @torch.inference_mode()
@@ -175,26 +194,32 @@ class ContinuousBatch:
 
     def _admit(self, joining: list[_Row]) -> None:
         """Prefill the joining rows' prompts (all but the last token, which becomes their
-        pending input), one prefill per distinct prompt, and merge them into the batch."""
+        pending input), one prefill per distinct prompt, on top of a shared prefix's cache
+        where they have one, and merge them into the batch."""
         prefixes: dict[tuple[int, ...], int] = {}
         which = [prefixes.setdefault(r.request.prompt[:-1], len(prefixes)) for r in joining]
         unique = list(prefixes)
-        width = max(len(p) for p in unique)
+        shared, shared_cache = self._shared_prefix(unique)
+        suffixes = [p[len(shared) :] for p in unique]
+        width = max(len(p) for p in suffixes)
         mask = torch.zeros((len(unique), width), dtype=torch.long, device=self._device)
         cache = None
         if width > 0:
             input_ids = torch.full(
                 (len(unique), width), self._tokenizer.pad_token_id, dtype=torch.long
             )
-            for i, prefix in enumerate(unique):
-                if prefix:
-                    input_ids[i, width - len(prefix) :] = torch.as_tensor(prefix)
-                    mask[i, width - len(prefix) :] = 1
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            for i, suffix in enumerate(suffixes):
+                if suffix:
+                    input_ids[i, width - len(suffix) :] = torch.as_tensor(suffix)
+                    mask[i, width - len(suffix) :] = 1
+            positions = len(shared) + (mask.cumsum(-1) - 1).clamp(min=0)
+            if shared:
+                mask = torch.cat([mask.new_ones((len(unique), len(shared))), mask], dim=1)
             out = self._model(
                 input_ids=input_ids.to(self._device),
                 attention_mask=mask,
                 position_ids=positions,
+                cache=_repeat(shared_cache, len(unique)),
                 use_cache=True,
                 logits_to_keep=1,
             )
@@ -216,6 +241,29 @@ class ContinuousBatch:
         self._rows.extend(joining)
         self._pending = torch.cat([self._pending, pending])
         self._positions = torch.cat([self._positions, positions])
+
+    def _shared_prefix(self, unique: list[tuple[int, ...]]) -> tuple[tuple[int, ...], _KV]:
+        """The leading tokens all of `unique` share (each keeping a suffix of at least one
+        token) and their keys and values (batch of one): from the kept prefix, cut to what
+        they share with it, when that is at least `MIN_SHARED_PREFIX` long; else prefilled
+        now (and kept) when at least two prompts share that many; else nothing."""
+        common = min(_common_length(unique), min(len(p) for p in unique) - 1)
+        if self._shared is not None:
+            kept, layers = self._shared
+            reuse = _common_length([kept, unique[0][:common]])
+            if reuse >= MIN_SHARED_PREFIX:
+                return kept[:reuse], [(k[:, :, :reuse], v[:, :, :reuse]) for k, v in layers]
+        if len(unique) < 2 or common < MIN_SHARED_PREFIX:
+            return (), []
+        shared = unique[0][:common]
+        out = self._model(
+            input_ids=torch.tensor([shared], dtype=torch.long, device=self._device),
+            position_ids=torch.arange(common, device=self._device)[None, :],
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self._shared = (shared, [(layer.keys, layer.values) for layer in out.cache.layers])
+        return self._shared
 
     def _merge(self, cache: object | None, mask: torch.Tensor) -> None:
         """Append rows (their cache and mask) to the batch, left-padding the narrower side.
@@ -259,6 +307,26 @@ class ContinuousBatch:
             layer.values = layer.values.index_select(0, index)[:, :, start:]
         self._pending = self._pending.index_select(0, index)
         self._positions = self._positions.index_select(0, index)
+
+
+def _common_length(seqs: list[tuple[int, ...]]) -> int:
+    """Length of the prefix all of `seqs` share: that of the lexicographically first and last
+    (whatever they share, everything between them shares)."""
+    low, high = min(seqs), max(seqs)
+    for i, (a, b) in enumerate(zip(low, high, strict=False)):
+        if a != b:
+            return i
+    return min(len(low), len(high))
+
+
+def _repeat(layers: _KV, rows: int) -> DynamicCache | None:
+    """A fresh cache holding `rows` copies of a batch-of-one prefix's keys and values, which
+    the suffix prefill then extends without touching the kept original."""
+    if not layers:
+        return None
+    return DynamicCache(
+        [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in layers]
+    )
 
 
 def _cat_rows(old: torch.Tensor, new: torch.Tensor | None, n_new: int, width: int) -> torch.Tensor:

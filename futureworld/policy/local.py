@@ -26,8 +26,9 @@ cache for a 1.5B Qwen2 (28 KB a token), 130 MB for the tiny model."""
 
 
 class LocalBackend:
-    """A causal LM in this process. A prompt is prefilled whenever it joins the batch (no
-    prefix cache across requests); a group's identical prompts share one prefill."""
+    """A causal LM in this process. A prompt is prefilled when it joins the batch; a group's
+    identical prompts share one prefill, and prompts joining with a common prefix (the
+    system turn) share its prefill (futureworld.policy.batching)."""
 
     def __init__(
         self,

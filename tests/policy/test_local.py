@@ -131,3 +131,48 @@ def test_a_group_sharing_one_prompt_samples_distinct_faithful_rows(tiny_backend:
     for generation in generations:
         replay = _replay_logprobs(tiny_backend.model, prompt, generation, 1.2)
         assert torch.allclose(replay, torch.tensor(generation.logprobs), atol=1e-4)
+
+
+def _prefilled_tokens(model: torch.nn.Module) -> tuple[list[int], object]:
+    """Counts the tokens of every multi-token forward (prefills) of `model`."""
+    counted: list[int] = []
+
+    def hook(_module, _args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[1] > 1:
+            counted.append(int(ids.numel()))
+
+    return counted, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize("max_batch_tokens", [100_000, 2 * (60 + 12)])
+def test_prompts_sharing_a_prefix_prefill_it_once_and_sample_as_if_alone(
+    tiny_backend: LocalBackend, max_batch_tokens: int
+):
+    """Distinct prompts with a common 40-token head: the head is prefilled once (and kept for
+    rows joining later, when the budget admits two rows at a time), yet every row samples
+    exactly what it samples alone, with log-probs equal to an unpadded replay."""
+    encode = tiny_backend.tokenizer.encode
+    head = encode("You are a careful forecaster. " * 6, add_special_tokens=False)[:40]
+    tails = ["Will oil rise?", "Will the bank cut rates this week?", "Rain?", "Will it snow?"]
+    prompts = [head + encode(t, add_special_tokens=False) for t in tails]
+    assert max(len(p) for p in prompts) <= 60
+    params = SamplingParams(temperature=1.0, max_new_tokens=12, seed=21)
+    backend = LocalBackend(
+        tiny_backend.model, tiny_backend.tokenizer, max_batch_tokens=max_batch_tokens
+    )
+    alone = [
+        tiny_backend.generate([p], SamplingParams(temperature=1.0, max_new_tokens=12, seed=21 + i))
+        for i, p in enumerate(prompts)
+    ]
+    counted, handle = _prefilled_tokens(tiny_backend.model)
+    try:
+        together = backend.generate(prompts, params)
+    finally:
+        handle.remove()
+    assert [g.token_ids for g in together] == [a[0].token_ids for a in alone]
+    for prompt, generation in zip(prompts, together, strict=True):
+        replay = _replay_logprobs(tiny_backend.model, prompt, generation, 1.0)
+        assert torch.allclose(replay, torch.tensor(generation.logprobs), atol=1e-5)
+    whole = sum(len(p) - 1 for p in prompts)
+    assert sum(counted) < whole - 2 * len(head)  # the head once, not four times
