@@ -18,9 +18,15 @@ closed range [floor_strike, cap_strike]: the payout is flat beyond the strikes, 
 is all the market can say. The crowd forecast is the YES price p (mid of bid/ask, else last
 price) as the point floor + p·(cap − floor), a point mass (all five quantiles equal). The
 outcome is `expiration_value` (the underlying value the settlement used) clipped to the
-range, else floor + settlement_value/100·(cap − floor) from the YES side's settlement value
-in cents. A scalar market without both strikes (the API does not describe its range) is
-skipped (skipped_scalar_without_range); other market types count as skipped_unsupported_kind.
+range, else floor + v·(cap − floor) from the YES side's settlement payout v in dollars
+(`settlement_value_dollars`, else `settlement_value` cents / 100). A settled scalar market's
+`result` is "scalar" (or yes/no); only "void" annuls it. This reading matches Kalshi's market
+schema (`settlement_value`: the YES settlement in cents, `settlement_value_dollars`,
+`expiration_value`: the outcome value, `floor_strike`/`cap_strike`: the bounds) and its
+settlement-bounds page (a scalar payout grows linearly with the outcome, e.g. $0.10 a day of
+a shutdown up to 10 days). A scalar market without both strikes (the API does not describe
+its range) is skipped (skipped_scalar_without_range); other market types count as
+skipped_unsupported_kind.
 """
 
 from __future__ import annotations
@@ -239,13 +245,23 @@ def _scalar_outcome(market: dict[str, Any]) -> float:
     except (TypeError, ValueError):
         value = None
     if value is None:
-        cents = market.get("settlement_value")
-        if cents in (None, ""):
-            raise ValueError("a settled scalar market without expiration_value or settlement_value")
-        value = _scalar_value(spec, float(cents) / 100.0)
+        value = _scalar_value(spec, _settlement_dollars(market))
     if not math.isfinite(value):
         raise ValueError(f"scalar value {raw!r} is not a finite number")
     return min(spec.upper, max(spec.lower, value))
+
+
+def _settlement_dollars(market: dict[str, Any]) -> float:
+    """The YES side's settlement payout in dollars: `settlement_value_dollars` (a decimal
+    string, "0.3500") wins over the older integer cents of `settlement_value`."""
+    dollars, cents = market.get("settlement_value_dollars"), market.get("settlement_value")
+    if dollars not in (None, ""):
+        return float(dollars)
+    if cents not in (None, ""):
+        return float(cents) / 100.0
+    raise ValueError(
+        "a settled scalar market without expiration_value or settlement_value(_dollars)"
+    )
 
 
 fetch_resolutions = per_id_fetch_resolutions(

@@ -52,6 +52,12 @@ def test_scalar_settlements_resolve_to_the_value(server, client):
         "C": settled(scalar(3, ticker="C"), result="yes", expiration_value="1.8"),
         "D": settled(scalar(4, ticker="D"), result="void"),
         "E": settled(scalar(5, ticker="E"), result="yes", expiration_value=""),
+        "F": settled(
+            scalar(6, ticker="F", floor_strike=2.0, cap_strike=4.0),
+            result="scalar",
+            settlement_value=99,
+            settlement_value_dollars="0.3500",
+        ),
     }
     for ticker, body in replies.items():
         server.route(f"{MARKETS}/{ticker}", [Reply(200, {"market": body})])
@@ -61,4 +67,5 @@ def test_scalar_settlements_resolve_to_the_value(server, client):
     assert by_id["B"].value == pytest.approx(0.25)
     assert by_id["C"].value == 1.0  # beyond the cap the payout is flat: the range's bound
     assert by_id["D"].status is OutcomeStatus.ANNULLED
+    assert by_id["F"].value == pytest.approx(2.0 + 0.35 * 2.0)  # the dollar field wins
     assert "E" not in by_id and len(result.errors) == 1 and "settlement_value" in result.errors[0]
