@@ -147,3 +147,60 @@ def test_packed_chunked_logprobs_equal_separate_full_vocabulary_forward(tiny_mod
             else:
                 assert float(logp[0, pos]) == 0.0
         offset += seq.shape[1]
+
+
+def _group_trajectories(prompt_len: int, completions: list[int], seed: int = 0):
+    """Rollouts of one prompt (a group), completions of the given lengths, random masks."""
+    rng = np.random.default_rng(seed)
+    prompt = tuple(int(x) for x in rng.integers(0, 64, prompt_len))
+    return [
+        make_rollout(
+            sample_index=i,
+            prompt=prompt,
+            completion=tuple(int(x) for x in rng.integers(0, 64, n)),
+            mask=(*(int(x) for x in rng.integers(0, 2, n - 1)), 1),
+        ).trajectory
+        for i, n in enumerate(completions)
+    ]
+
+
+@pytest.mark.parametrize("same_prompt", [True, False])
+def test_a_row_sharing_its_prompt_gives_the_values_and_gradients_of_separate_forwards(
+    tiny_model_dir, same_prompt
+):
+    """A row of a group's rollouts forwards the common prompt once (far fewer positions than
+    the packed row); its log-probs and their gradients equal one forward per rollout. With
+    unrelated prompts of different lengths the row is computed packed, with the same result."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    trajs = _group_trajectories(40, [3, 9, 5, 1])
+    if not same_prompt:
+        trajs += _trajectories([(7, 4), (30, 2)], seed=3)
+    advantages = [np.linspace(-1, 1, len(t.completion_token_ids)) for t in trajs]
+    (row,) = pack_trajectories(trajs, advantages, 10_000)
+    weights = torch.linspace(0.5, 2.0, row.num_tokens)[None]
+    forwarded: list[int] = []
+    hook = model.model.register_forward_pre_hook(
+        lambda _m, _a, kwargs: forwarded.append(kwargs["input_ids"].numel()), with_kwargs=True
+    )
+    model.zero_grad()
+    together, _ = token_logprobs(model, row, 0.8, chunk_tokens=4)
+    hook.remove()
+    if same_prompt:
+        assert forwarded == [40, 4 * 9]  # the prompt once, then the longest remainder × 4
+    else:
+        assert forwarded == [row.num_tokens]
+    (together * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    separate = torch.zeros_like(together)
+    offset = 0
+    for i in row.rollout_indices:
+        (single,) = pack_trajectories([trajs[i]], [advantages[i]], 10_000)
+        logp, _ = token_logprobs(model, single, 0.8, chunk_tokens=4)
+        n = single.num_tokens
+        (logp * weights[:, offset : offset + n]).sum().backward()
+        separate[:, offset : offset + n] = logp.detach()
+        offset += n
+    assert torch.allclose(together.detach(), separate, atol=1e-5)
+    for name, p in model.named_parameters():
+        assert torch.allclose(grads[name], p.grad, atol=1e-5), name
