@@ -8,14 +8,20 @@ round, and after each cycle the round's policy forecasts a fixed held-out panel 
 metrics and a report folder.
 
 The defaults were tuned with benchmarks/learning_curve.py so that a 64-wide, 2-layer model
-visibly learns on 2 CPU cores: brief prompts (the title states the cue), one rollout per
-training row, dr_grpo at lr 1e-3 with 40 rollouts (5 questions) per optimiser step and the
-AdamW moments carried from version to version. The panel is large (2000 questions, one
+visibly learns on 2 CPU cores: brief prompts (the title states the cue), dr_grpo at lr 1e-3
+with 40 rollouts (5 questions) per optimiser step and the AdamW moments carried from version
+to version; a group's rollouts share a training row of up to 2048 tokens, so its prompt is
+forwarded once (futureworld.rl.batch). The panel is large (2000 questions, one
 sample each) because the claim is judged on realised outcomes: calibration is worth a few
 hundredths of Brier, and only a big panel, compared pairwise, tells that from luck.
 Everything lives under `--out`; a rerun starts afresh. `out/demo.log` gets one line per
 round (elapsed time, policy version, the panel's Brier and ECE), written as the round ends,
 so progress is visible in a log whether or not anyone watches a terminal.
+
+A round's panels are scored in a worker process while the next round's cycle runs
+(flows.demo.rounds): on 2 cores a round costs about the longer of the two rather than their
+sum. At most one panel is in flight; its log line is written when it finishes, one cycle
+later.
 
 `kinds` (`--kinds binary,choice,numeric`) has the world also pose choice and numeric questions
 (`kind_questions_per_day` of each a day): they are harvested, forecast, resolved and rewarded
@@ -30,17 +36,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flows.context import PipelineContext, build_context, open_engine
+from flows.context import build_context, open_engine
 from flows.demo.kinds import (
     KindClaim,
-    KindPanelQuestion,
     KindPanelScore,
     build_kind_panel,
     kind_answer_text,
@@ -48,14 +54,12 @@ from flows.demo.kinds import (
     kind_report,
     kind_warm_start_examples,
     kind_warm_start_trajectories,
-    score_kind_panel,
 )
 from flows.demo.panel import (
     CYCLE_HOUR,
     PANEL_QUESTIONS_PER_DAY,
     PanelScore,
     build_panel,
-    score_panel,
     warm_start_questions,
     warm_start_trajectories,
 )
@@ -67,6 +71,7 @@ from flows.demo.report import (
     round_metrics,
     write_report,
 )
+from flows.demo.rounds import RoundScores, panel_scorer, round_policy, score_round
 from flows.settings import Settings
 from flows.stages.training import TrainOptions
 from futureworld.domain import Agent, BackendKind, GenerationSettings, QuestionKind
@@ -112,7 +117,7 @@ class DemoConfig:
     rl_learning_rate: float = 1e-3
     rl_groups_per_step: int = 5
     """Whole groups per optimiser step: 5 questions × G = 8 = the 40 rollouts a step tuned
-    with benchmarks/learning_curve.py (gradients accumulate over one-rollout rows)."""
+    with benchmarks/learning_curve.py (gradients accumulate over the step's rows)."""
     estimator: Estimator = DEFAULT_ESTIMATOR
     min_groups: int = 4
     """Train in a round only when at least this many completed groups are waiting."""
@@ -176,18 +181,18 @@ class DemoConfig:
             estimator=Estimator.SFT,
             learning_rate=self.sft_learning_rate,
             ppo_epochs=self.sft_epochs,
-            micro_batch_tokens=1,
+            micro_batch_tokens=2048,
             groups_per_step=4,
         )
 
     @property
     def update(self) -> TrainOptions:
-        """Each round's RL update: one rollout a packed row, `rl_groups_per_step` groups a step."""
+        """Each round's RL update: a group a packed row, `rl_groups_per_step` groups a step."""
         own_reward = {QuestionKind.CHOICE: RewardFn.RLCR, QuestionKind.NUMERIC: RewardFn.CRPS}
         return TrainOptions(
             estimator=self.estimator,
             learning_rate=self.rl_learning_rate,
-            micro_batch_tokens=1,
+            micro_batch_tokens=2048,
             groups_per_step=self.rl_groups_per_step,
             temperature=self.temperature,
             min_groups=self.min_groups,
@@ -307,7 +312,19 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     }
     kind_scores: dict[QuestionKind, list[KindPanelScore]] = {k: [] for k in kind_panels}
     round_log = RoundLog(out_dir / "demo.log")
-    with serve_world(world, clock) as server, _flow_environment(settings, server):
+
+    def record(scores: RoundScores) -> None:
+        panels.append(scores[0])
+        for kind, score in scores[1].items():
+            kind_scores[kind].append(score)
+        round_log.write(scores[0], list(scores[1].values()))
+
+    with (
+        serve_world(world, clock) as server,
+        _flow_environment(settings, server),
+        panel_scorer() as scorer,
+    ):
+        scoring: Future | None = None
         for r in range(config.rounds):
             report(f"round {r}: daily cycle on {clock.now().date()}", 1 + r, total)
             daily_cycle_flow(
@@ -317,11 +334,15 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
                 samples=config.samples,
                 train=config.update,
             )
-            panels.append(_score_panel(ctx, panel, r, config))
-            for kind, kind_panel in kind_panels.items():
-                kind_scores[kind].append(_score_kind_panel(ctx, kind, kind_panel, r, config))
-            round_log.write(panels[-1], [scores[-1] for scores in kind_scores.values()])
+            # The round's policy is scored while the next cycle runs (one panel in flight:
+            # each round waits for the previous round's scores).
+            policy = round_policy(ctx, LEARNER)
+            if scoring is not None:
+                record(scoring.result())
+            scoring = scorer.submit(score_round, policy, panel, kind_panels, r, config)
             clock.advance(days=1)
+        if scoring is not None:
+            record(scoring.result())
         report("final resolution and the report", 1 + config.rounds, total)
         clock.advance(days=config.max_horizon_days + 1)
         resolve_and_backfill_flow(as_of=clock.now().isoformat())
@@ -361,42 +382,6 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         claim=claim,
         kind_scores=kind_scores,
         kind_claims=kind_claims,
-    )
-
-
-def _score_panel(ctx: PipelineContext, panel, round_no: int, config: DemoConfig) -> PanelScore:
-    """The round's newest policy forecasts the held-out panel."""
-    learner = ctx.agent(LEARNER)
-    version = ctx.current_version(learner)
-    return score_panel(
-        ctx.backend(learner, version),
-        learner.generation,
-        panel,
-        round_no=round_no,
-        policy_version=version.version,
-        samples=config.panel_samples,
-        seed=config.seed,
-    )
-
-
-def _score_kind_panel(
-    ctx: PipelineContext,
-    kind: QuestionKind,
-    panel: Sequence[KindPanelQuestion],
-    round_no: int,
-    config: DemoConfig,
-) -> KindPanelScore:
-    """The round's newest policy forecasts a choice or numeric panel."""
-    learner = ctx.agent(LEARNER)
-    version = ctx.current_version(learner)
-    return score_kind_panel(
-        ctx.backend(learner, version),
-        learner.generation,
-        kind,
-        panel,
-        round_no=round_no,
-        policy_version=version.version,
-        seed=config.seed,
     )
 
 

@@ -1,0 +1,91 @@
+"""One round's scoring of the demo's held-out panels, apart from the cycle that trained it.
+
+`round_policy` names the round's newest policy version (its checkpoint, fixed once written,
+read before the next cycle registers a newer one); `score_round` loads it and forecasts the
+binary panel and each kind's panel. Scoring reads no database, so the demo runs it in a
+worker process (`panel_scorer`) beside the next round's cycle.
+
+Decision: a process, not a thread. Both the cycle's update (one rollout a row: many small
+ops) and the panel's decode loop spend much of their time in Python, so on a thread they
+queue for the interpreter lock; measured on 2 cores, a thread left the round time where it
+was, while the process runs the two side by side. The worker samples with one torch thread,
+leaving the other core to the cycle.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING
+
+from flows.context import PipelineContext
+from flows.demo.kinds import KindPanelQuestion, KindPanelScore, score_kind_panel
+from flows.demo.panel import PanelQuestion, PanelScore, score_panel
+from futureworld.domain import GenerationSettings, QuestionKind
+from futureworld.policy.loading import BackendSpec, load_backend
+
+if TYPE_CHECKING:
+    from flows.demo.run import DemoConfig
+
+RoundPolicy = tuple[BackendSpec, GenerationSettings, int]
+"""How to load a policy version, its sampling settings and its version number."""
+
+RoundScores = tuple[PanelScore, dict[QuestionKind, KindPanelScore]]
+"""The binary panel's score and each extra kind's."""
+
+
+def round_policy(ctx: PipelineContext, agent: str) -> RoundPolicy:
+    """The agent's newest policy version, with its sampling settings."""
+    learner = ctx.agent(agent)
+    version = ctx.current_version(learner)
+    return ctx.backend_spec(learner, version), learner.generation, version.version
+
+
+def panel_scorer() -> ProcessPoolExecutor:
+    """The worker process `score_round` runs in (spawned: no state shared with the caller)."""
+    return ProcessPoolExecutor(
+        max_workers=1,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_one_torch_thread,
+    )
+
+
+def _one_torch_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def score_round(
+    policy: RoundPolicy,
+    panel: Sequence[PanelQuestion],
+    kind_panels: dict[QuestionKind, Sequence[KindPanelQuestion]],
+    round_no: int,
+    config: DemoConfig,
+) -> RoundScores:
+    """A round's policy forecasts the held-out panel and each kind's panel."""
+    spec, generation, version = policy
+    backend = load_backend(spec)
+    score = score_panel(
+        backend,
+        generation,
+        panel,
+        round_no=round_no,
+        policy_version=version,
+        samples=config.panel_samples,
+        seed=config.seed,
+    )
+    kinds = {
+        kind: score_kind_panel(
+            backend,
+            generation,
+            kind,
+            kind_panel,
+            round_no=round_no,
+            policy_version=version,
+            seed=config.seed,
+        )
+        for kind, kind_panel in kind_panels.items()
+    }
+    return score, kinds
