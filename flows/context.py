@@ -70,6 +70,7 @@ class PipelineContext:
             timeout_s=self.settings.http_timeout_s,
             max_retries=self.settings.http_max_retries,
             user_agent=self.settings.user_agent,
+            default_rate_per_s=self.settings.http_rate_per_s,
         )
 
     def source_base_url(self, source: SourceName) -> str:

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     kalshi_base_url: str = "https://api.elections.kalshi.com"
     http_timeout_s: float = 20.0
     http_max_retries: int = 4
+    http_rate_per_s: float = Field(default=5.0, ge=0)
+    """Requests a second to each source (FW_HTTP_RATE_PER_S); 0 lifts the limit, e.g. for a
+    mirror or simulated world on loopback."""
     user_agent: str = "futureworld/0.1 (+https://github.com/futureworld)"
     device: str = "cpu"
     """Torch device for local generation and training: cpu, cuda, cuda:1 …"""

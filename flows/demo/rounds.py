@@ -8,8 +8,7 @@ worker process (`panel_scorer`) beside the next round's cycle.
 Decision: a process, not a thread. Both the cycle's update (one rollout a row: many small
 ops) and the panel's decode loop spend much of their time in Python, so on a thread they
 queue for the interpreter lock; measured on 2 cores, a thread left the round time where it
-was, while the process runs the two side by side. The worker samples with one torch thread,
-leaving the other core to the cycle.
+was, while the process runs the two side by side.
 """
 
 from __future__ import annotations
@@ -44,17 +43,7 @@ def round_policy(ctx: PipelineContext, agent: str) -> RoundPolicy:
 
 def panel_scorer() -> ProcessPoolExecutor:
     """The worker process `score_round` runs in (spawned: no state shared with the caller)."""
-    return ProcessPoolExecutor(
-        max_workers=1,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_one_torch_thread,
-    )
-
-
-def _one_torch_thread() -> None:
-    import torch
-
-    torch.set_num_threads(1)
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
 
 def score_round(

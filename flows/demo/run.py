@@ -393,6 +393,7 @@ def _flow_environment(settings: Settings, server: Any) -> Iterator[None]:
         "FW_DATA_DIR": str(settings.data_dir),
         "FW_DB_URL": settings.database_url,
         "FW_MANIFOLD_BASE_URL": server.manifold_base_url,
+        "FW_HTTP_RATE_PER_S": "0",  # the world is on loopback: no politeness delay
     }
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)

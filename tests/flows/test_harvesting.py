@@ -4,8 +4,9 @@ on loopback (RSS + Manifold API), on Postgres and SQLite."""
 from __future__ import annotations
 
 import socket
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import func, select
 
 from flows.context import build_context
@@ -270,3 +271,15 @@ def test_a_source_that_gives_nothing_is_a_failed_source(engine, tmp_path) -> Non
     report = harvest(ctx, sources=["manifold", "nosuch"], feeds=[_dead_url() + "/rss"])
     assert report.sources == {"manifold": "failed", "nosuch": "failed", "rss": "failed"}
     assert report.verdict == "failed: nothing came through from manifold, nosuch, rss"
+
+
+def test_the_request_rate_to_sources_is_a_setting(engine, tmp_path, monkeypatch) -> None:
+    """FW_HTTP_RATE_PER_S sets every source's request rate (default 5 a second); 0 lifts the
+    limit (the demo's world is on loopback); a negative rate is refused."""
+    default = build_context(Settings(data_dir=tmp_path), engine, as_of=datetime.now(UTC))
+    assert default.http.rate_for("manifold") == 5.0
+    monkeypatch.setenv("FW_HTTP_RATE_PER_S", "0")
+    lifted = build_context(Settings(data_dir=tmp_path), engine, as_of=datetime.now(UTC))
+    assert lifted.http.rate_for("manifold") == lifted.http.rate_for("rss") == 0.0
+    with pytest.raises(ValueError, match="http_rate_per_s"):
+        Settings(data_dir=tmp_path, http_rate_per_s=-1)
