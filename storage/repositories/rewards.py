@@ -34,6 +34,7 @@ from psycopg.errors import UniqueViolation
 from sqlalchemy import (
     ColumnElement,
     Integer,
+    Text,
     any_,
     bindparam,
     case,
@@ -45,6 +46,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy import cast as cast_
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
@@ -79,7 +81,14 @@ NOT_READ: dict[str, Any] = {
 }
 """Rollout columns `rollout_answers` does not load, with the value it stands in for each: the
 trajectory itself and the circumstances of its sampling, which no reward reads."""
-_ANSWER_COLUMNS = [c for c in RolloutRow.__table__.columns if c.name not in NOT_READ]
+_JSON_LISTS = ("quantiles", "probabilities")
+"""Answer columns read as JSON text and decoded here only when not empty: a binary
+question's rollouts hold [] in both, and decoding every one cost more than scoring it."""
+_ANSWER_SELECT = [
+    cast_(c, Text).label(c.name) if c.name in _JSON_LISTS else c
+    for c in RolloutRow.__table__.columns
+    if c.name not in NOT_READ
+]
 
 _REWARD_COLUMNS = (
     "rollout_id",
@@ -219,13 +228,19 @@ def rollout_answers(session: Session, rollout_ids: Sequence[int]) -> dict[int, T
         return {}
     rows = (
         session.connection()
-        .execute(select(*_ANSWER_COLUMNS).where(_among(session, RolloutRow.id, rollout_ids)))
+        .execute(select(*_ANSWER_SELECT).where(_among(session, RolloutRow.id, rollout_ids)))
         .mappings()
     )
-    return {
-        row["id"]: trajectory_from_row(cast(RolloutRow, SimpleNamespace(**row, **NOT_READ)))
-        for row in rows
-    }
+    answers = {}
+    for row in rows:
+        values = dict(row)
+        for name in _JSON_LISTS:
+            text = values[name]
+            values[name] = () if text in (None, "", "[]") else json.loads(text)
+        answers[row["id"]] = trajectory_from_row(
+            cast(RolloutRow, SimpleNamespace(**values, **NOT_READ))
+        )
+    return answers
 
 
 def outcome_revisions(
@@ -235,8 +250,11 @@ def outcome_revisions(
     wanted = set(keys)
     if not wanted:
         return {}
-    statement = select(OutcomeRow).where(OutcomeRow.question_id.in_(sorted({q for q, _ in wanted})))
-    found = (outcome_from_row(row) for row in session.scalars(statement))
+    statement = select(*OutcomeRow.__table__.columns).where(
+        _among(session, OutcomeRow.question_id, sorted({q for q, _ in wanted}))
+    )
+    rows = session.connection().execute(statement).mappings()
+    found = (outcome_from_row(cast(OutcomeRow, SimpleNamespace(**row))) for row in rows)
     return {(o.question_id, o.revision): o for o in found if (o.question_id, o.revision) in wanted}
 
 
