@@ -1,12 +1,14 @@
-"""A CI-sized demo end to end: the tiny model is warm-started, the daily cycle runs through the
-Prefect flows against the world served on loopback, rewards arrive with delay, updates train
-on stale rollouts, the report folder holds the per-round metrics and plots, and the policy
-learns: Brier and ECE on the held-out panel drop beyond their paired bootstrap intervals.
+"""The default demo end to end (`make demo`'s settings, seed 0): the tiny model is
+warm-started, the daily cycle runs through the Prefect flows against the world served on
+loopback, rewards arrive with delay, updates train on stale rollouts, each round's panel is
+scored in the worker process beside the next cycle, the report folder holds the per-round
+metrics and plots, and the policy learns: Brier and ECE on the held-out panel drop beyond
+their paired bootstrap intervals. This is the claim the README reports for seed 0.
 
-CI-sized means fewer rounds than the default (20, not 30) on the default's data sizes:
-calibration is learned from outcomes, and outcomes are noisy, so a run much smaller than this
-has too little to learn from to show it. On 2 CPU cores it takes about eight minutes; the run
-is deterministic (seeded sampling, fp32 updates on CPU), so the claim cannot flicker."""
+Calibration is learned from outcomes, and outcomes are noisy, so a run much smaller than this
+has too little to learn from to show it. On 2 idle CPU cores it takes about five and a half
+minutes; the run is deterministic (seeded sampling, fp32 updates on CPU), so the claim cannot
+flicker."""
 
 from __future__ import annotations
 
@@ -16,14 +18,15 @@ import os
 from flows.demo.run import DemoConfig, run_demo
 
 
-def test_ci_sized_demo_runs_the_whole_loop_and_learns(prefect_harness, tmp_path) -> None:
-    config = DemoConfig(out_dir=tmp_path / "demo", rounds=20)
+def test_the_default_demo_runs_the_whole_loop_and_learns(prefect_harness, tmp_path) -> None:
+    config = DemoConfig(out_dir=tmp_path / "demo")
+    rounds = config.rounds
     steps: list[str] = []
     before = os.environ.get("FW_DB_URL")
     result = run_demo(config, lambda step, done, total: steps.append(step))
     assert os.environ.get("FW_DB_URL") == before  # the demo's flow settings do not leak
 
-    assert [m.round for m in result.rounds] == list(range(20))
+    assert [m.round for m in result.rounds] == list(range(rounds))
     versions = [m.policy_version for m in result.rounds]
     assert versions[0] == 1  # the SFT warm start
     assert versions[-1] > versions[0]  # replay-and-train registered new versions
@@ -32,13 +35,15 @@ def test_ci_sized_demo_runs_the_whole_loop_and_learns(prefect_harness, tmp_path)
         assert m.n > 0 and 0.0 <= m.brier <= 1.0 and 0.0 <= m.ece <= 1.0
         assert m.brier_ci[0] <= m.brier <= m.brier_ci[1]
     metrics = json.loads((result.out_dir / "metrics.json").read_text())
-    assert [r["round"] for r in metrics["rounds"]] == list(range(20))
+    assert [r["round"] for r in metrics["rounds"]] == list(range(rounds))
     assert {"brier", "ece", "accuracy", "true_brier", "n"} <= set(metrics["rounds"][0])
     for name in ("report.md", "brier_by_round.png", "ece_by_round.png", "reliability.png"):
         assert (result.out_dir / name).stat().st_size > 0
-    assert steps[-1] == "done" and any(s.startswith("round 19") for s in steps)
+    assert steps[-1] == "done" and any(s.startswith(f"round {rounds - 1}") for s in steps)
     log_lines = (result.out_dir / "demo.log").read_text().splitlines()
-    assert [line.split("round")[1].split()[0] for line in log_lines] == [str(r) for r in range(20)]
+    assert [line.split("round")[1].split()[0] for line in log_lines] == [
+        str(r) for r in range(rounds)
+    ]
 
     claim = result.claim
     assert claim is not None and metrics["claim"]["learned"] is claim.learned

@@ -4,6 +4,7 @@ start, the per-kind rewards of its update; and the default demo keeps its binary
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -226,3 +227,34 @@ def test_the_demo_command_refuses_unknown_or_binaryless_kinds(tmp_path) -> None:
         result = CliRunner().invoke(app, ["demo", "--kinds", kinds, "--out", str(tmp_path)])
         assert result.exit_code == 2 and message in result.output, result.output
         assert not (tmp_path / "state").exists()  # refused before anything ran
+
+
+def test_the_kinds_demo_runs_end_to_end(prefect_harness, tmp_path) -> None:
+    """`futureworld demo --kinds binary,choice,numeric` at a small size: the world poses the
+    three kinds, the warm start, cycles and updates carry them, and every round scores a panel
+    per kind into the report (mechanics only: this size cannot show learning)."""
+    from flows.demo.run import run_demo
+
+    config = DemoConfig(
+        out_dir=tmp_path / "demo",
+        kinds=("binary", "choice", "numeric"),
+        rounds=2,
+        questions_per_day=6,
+        samples=2,
+        panel_questions=40,
+        kind_questions_per_day=4,
+        kind_panel_questions=12,
+        sft_days=2,
+        sft_epochs=2,
+    )
+    result = run_demo(config)
+    assert [m.round for m in result.rounds] == [0, 1]
+    assert set(result.kind_scores) == {QuestionKind.CHOICE, QuestionKind.NUMERIC}
+    for kind, rounds in result.kind_scores.items():
+        assert [r.round for r in rounds] == [0, 1]
+        assert all(len(r.score) + r.unparsed == 12 for r in rounds), kind
+    metrics = json.loads((result.out_dir / "metrics.json").read_text())
+    assert {"choice", "numeric"} <= set(metrics["kinds"])
+    for kind in ("choice", "numeric"):
+        assert (result.out_dir / f"{kind}_by_round.png").stat().st_size > 0
+    assert "Choice and numeric questions" in (result.out_dir / "report.md").read_text()
