@@ -8,7 +8,8 @@ resolved binary questions), stored through `insert_rollouts` (COPY), and the rol
    against one raw `INSERT … SELECT` computing the Brier reward of the same rollouts;
 2. `--new-outcomes` outcomes arrive (`record_outcomes`) and backfill runs again: it must touch
    only their rollouts. Target: within 3× of the raw statement computing the same Brier
-   rewards for those rollouts (given their question ids for free);
+   rewards for those rollouts (given their question ids for free); also reported against
+   raw statements writing both rewards backfill writes (Brier and log score);
 3. for scale, the full-history definition of pending work (`rollouts_missing_rewards`, what
    backfill searched before the queue) on the same database.
 
@@ -66,6 +67,23 @@ WHERE o.question_id = ANY(:ids) AND o.status = 'resolved'
   AND NOT EXISTS (SELECT 1 FROM outcome later
                   WHERE later.question_id = o.question_id AND later.revision > o.revision)
 """
+
+LOG_SCORE = """
+INSERT INTO reference_reward
+    (rollout_id, reward_fn, outcome_revision, value, components, voided, provisional, created_at)
+SELECT r.id, 'log_score', o.revision,
+       CASE WHEN r.parse_status = 'ok' AND r.p_yes IS NOT NULL
+            THEN o.value * ln(least(greatest(r.p_yes, 0.01), 0.99))
+                 + (1 - o.value) * ln(1 - least(greatest(r.p_yes, 0.01), 0.99))
+            ELSE ln(0.01) - 0.25 END,
+       jsonb_build_object('outcome', o.value),
+       false, false, now()
+FROM outcome o JOIN rollout r ON r.question_id = o.question_id
+WHERE o.question_id = ANY(:ids) AND o.status = 'resolved'
+  AND NOT EXISTS (SELECT 1 FROM outcome later
+                  WHERE later.question_id = o.question_id AND later.revision > o.revision)
+"""
+"""The second reward backfill writes for a binary question, for the both-rewards reference."""
 
 
 def _questions(prefix: str, n: int) -> list[Question]:
@@ -153,17 +171,19 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
-def _reference(engine: Engine, question_ids: list[int], repeats: int) -> tuple[float, int]:
-    """Median seconds of the raw statement (the table emptied before each run), and the rows
-    it wrote."""
+def _reference(
+    engine: Engine, question_ids: list[int], repeats: int, statements: Sequence[str] = (REFERENCE,)
+) -> tuple[float, int]:
+    """Median seconds of the raw statements in one transaction (the table emptied before each
+    run), and the rows they wrote."""
     times, rows = [], 0
     for _ in range(repeats):
         with engine.begin() as c:
             c.execute(text("TRUNCATE reference_reward"))
         with engine.begin() as c:
-            seconds, result = _timed(lambda c=c: c.execute(text(REFERENCE), {"ids": question_ids}))
-            rows = result.rowcount
-        times.append(seconds)
+            start = time.perf_counter()
+            rows = sum(c.execute(text(sql), {"ids": question_ids}).rowcount for sql in statements)
+            times.append(time.perf_counter() - start)
     return statistics.median(times), rows
 
 
@@ -224,6 +244,7 @@ def run(args: argparse.Namespace, url: str, data_dir: Path) -> None:
                 for q in new
             ],
         )
+    both_s, both_rows = _reference(engine, new, repeats=3, statements=(REFERENCE, LOG_SCORE))
     ref_new_s, ref_new_rows = _reference(engine, new, repeats=3)
     new_s, second = _timed(lambda: backfill_rewards(ctx))
     _check_against_reference(engine, ref_new_rows)
@@ -241,6 +262,12 @@ def run(args: argparse.Namespace, url: str, data_dir: Path) -> None:
         new_s,
         second.rewards_inserted,
         new_s / ref_new_s,
+    )
+    _line(
+        f"  against raw SQL writing both its rewards ({both_rows}: Brier, log score)",
+        both_s,
+        both_rows,
+        new_s / both_s,
     )
     _line("backfill with nothing new", again_s, 0, again_s / ref_new_s)
     _line(
