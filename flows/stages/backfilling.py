@@ -8,7 +8,12 @@ rollouts, not the resolved history. An annulled outcome voids the question's ear
 (kept for audit, excluded from training and evaluation).
 
 Decisions: the reward functions are handed the rollout's answer (p_yes, choice, quantiles,
-parse status), not its token arrays or turns, which they do not read. A question whose
+parse status), not its token arrays or turns, which they do not read. On Postgres, binary
+questions (the bulk of every day's outcomes) are scored in the database by the SQL twins of
+their reward functions (storage.repositories.rewards.BINARY_REWARD_SQL, tested against the
+Python definitions), one INSERT … SELECT per function and batch, instead of reading each
+answer into Python and writing each reward back; choice and numeric questions, and every
+kind on SQLite, are scored by the Python functions. A question whose
 outcome a reward function rejects (a binary question resolved to 0.5) is reported in
 `errors` and as a pipeline event; its rollouts stay queued and the rest of the batch goes on.
 Each batch of `batch_size` rollouts is its own transaction, so a crash keeps what was scored;
@@ -29,12 +34,22 @@ from sqlalchemy.orm import Session
 from flows.context import PipelineContext
 from flows.stages.problems import Problems
 from futureworld.domain import Outcome, Question, QuestionKind, Reward, Trajectory, utc_now
-from futureworld.rewards import REWARD_FUNCTIONS, applicable_rewards, rewards_for_kind
+from futureworld.rewards import (
+    LOG_SCORE_UNPARSEABLE_REWARD,
+    REWARD_FUNCTIONS,
+    UNPARSEABLE_REWARD,
+    applicable_rewards,
+    rewards_for_kind,
+)
+from futureworld.scoring import LOG_SCORE_CLIP
 from storage.engine import run_transaction
 from storage.repositories.questions import list_questions
 from storage.repositories.rewards import (
+    BINARY_REWARD_SQL,
     ApplicableRewards,
     PendingScore,
+    UnscorableOutcome,
+    insert_binary_rewards,
     insert_rewards,
     outcome_revisions,
     rollout_answers,
@@ -72,6 +87,11 @@ def backfill_rewards(
         lambda session: rollouts_pending_rewards(session, applicable, as_of=revealed_by),
         what="backfill: pending rollouts",
     )
+    if _scored_in_database(engine.dialect.name):
+        binary = [p for p in pending if p.kind is QuestionKind.BINARY]
+        pending = [p for p in pending if p.kind is not QuestionKind.BINARY]
+        for start in range(0, len(binary), batch_size):
+            _score_binary_in_database(ctx, binary[start : start + batch_size], report, problems)
     questions: dict[int, Question] = {}
     for start in range(0, len(pending), batch_size):
         chunk = pending[start : start + batch_size]
@@ -107,6 +127,47 @@ def backfill_rewards(
         report.errors = problems.lines
         problems.save(engine)
     return report
+
+
+def _scored_in_database(dialect: str) -> bool:
+    """Binary questions are scored by SQL on Postgres when every reward function of the kind
+    has its SQL twin (storage.repositories.rewards.BINARY_REWARD_SQL)."""
+    return dialect == "postgresql" and all(
+        str(fn) in BINARY_REWARD_SQL for fn in rewards_for_kind(QuestionKind.BINARY)
+    )
+
+
+def _score_binary_in_database(
+    ctx: PipelineContext, chunk: list[PendingScore], report: BackfillReport, problems: Problems
+) -> None:
+    fns = [str(fn) for fn in rewards_for_kind(QuestionKind.BINARY)]
+    constants = {
+        "unparseable": UNPARSEABLE_REWARD,
+        "log_unparseable": LOG_SCORE_UNPARSEABLE_REWARD,
+        "clip_low": LOG_SCORE_CLIP[0],
+        "clip_high": LOG_SCORE_CLIP[1],
+    }
+
+    def write(session: Session) -> tuple[int, list[PendingScore], list[UnscorableOutcome]]:
+        inserted, scored, unscorable = insert_binary_rewards(
+            session, chunk, fns, constants, utc_now()
+        )
+        settle_backfill_queue(session, scored)
+        return inserted, scored, unscorable
+
+    inserted, scored, unscorable = run_transaction(
+        ctx.engine, write, what="backfill: write rewards"
+    )
+    report.rewards_inserted += inserted
+    report.rollouts_scored += len(scored)
+    for bad in unscorable:
+        problems.add(
+            bad.source,
+            "unscorable_outcome",
+            f"question {bad.external_id} (id {bad.question_id}) outcome revision "
+            f"{bad.revision}: binary question {bad.source}/{bad.external_id} has outcome "
+            f"{bad.value}; expected 0 or 1; its {bad.rollouts} rollouts stay queued",
+        )
 
 
 def _score(

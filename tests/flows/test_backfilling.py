@@ -5,9 +5,12 @@ Postgres."""
 
 from __future__ import annotations
 
+import random
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import func, select
 
 from flows.stages.backfilling import BackfillReport, backfill_rewards, reward_functions_by_kind
@@ -15,16 +18,18 @@ from futureworld.domain import (
     Agent,
     Outcome,
     OutcomeStatus,
+    ParseStatus,
     Question,
     QuestionKind,
     Trajectory,
 )
+from futureworld.rewards import REWARD_FUNCTIONS, RewardFn
 from storage.engine import make_engine, session_scope
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
 from storage.repositories.rewards import current_rewards, rollouts_missing_rewards
-from storage.repositories.rollouts import insert_rollouts
-from storage.tables import BackfillQueueRow, PipelineEventRow, RewardRow
+from storage.repositories.rollouts import insert_rollouts, trajectory_from_row
+from storage.tables import BackfillQueueRow, PipelineEventRow, RewardRow, RolloutRow
 from tests.flows.conftest import make_context
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -189,4 +194,56 @@ def test_concurrent_backfills_write_each_reward_once(postgres_url: str, tmp_path
     assert sum(r.rewards_inserted for r in reports) == expected
     assert _count(engine, select(func.count()).select_from(RewardRow)) == expected
     assert _count(engine, select(func.count()).select_from(BackfillQueueRow)) == 0
+    engine.dispose()
+
+
+def test_binary_rewards_scored_in_postgres_equal_the_python_functions(
+    postgres_url: str, tmp_path
+) -> None:
+    """On Postgres binary questions are scored by the SQL twins of their reward functions:
+    every stored Brier reward equals brier_reward bit for bit, every log score log_score_reward
+    to 1e-15, components included, for answers across [0, 1] (clipped ends included),
+    unparseable ones and both outcomes; the SQLite path runs the Python functions themselves."""
+    from tests.conftest import _truncate_postgres
+
+    engine = make_engine(postgres_url)
+    _truncate_postgres(engine)
+    rng = random.Random(7)
+    answers = [0.0, 1.0, 0.004, 0.995, 0.5, 0.01, 0.99] + [rng.random() for _ in range(33)]
+    with session_scope(engine) as session:
+        upsert_questions(session, [_question(i, QuestionKind.BINARY) for i in range(2)])
+        questions = list_questions(session)
+        agent = ensure_agent(session, Agent(name="a", base_model="m", backend="local"))
+        rollouts = [
+            Trajectory(
+                question_id=q.id,
+                agent_id=agent.id,
+                policy_version=0,
+                sample_index=i,
+                p_yes=None if i % 9 == 4 else p,
+                parse_status=ParseStatus.MISSING if i % 9 in (4, 5) else ParseStatus.OK,
+            )
+            for q in questions
+            for i, p in enumerate(answers)
+        ]
+        insert_rollouts(session, rollouts)
+        record_outcomes(session, [_outcome(q, float(n)) for n, q in enumerate(questions)])
+    report = backfill_rewards(make_context(engine, tmp_path))
+    assert (report.rollouts_scored, report.rewards_inserted, report.errors) == (80, 160, [])
+    with session_scope(engine) as session:
+        stored = session.execute(select(RewardRow, RolloutRow).join(RolloutRow)).all()
+        outcomes = {q.id: _outcome(q, float(n)) for n, q in enumerate(questions)}
+        by_id = {q.id: q for q in questions}
+        assert len(stored) == 160
+        for reward, row in stored:
+            trajectory = trajectory_from_row(row)
+            question = by_id[row.question_id]
+            outcome = replace(outcomes[row.question_id], revision=reward.outcome_revision)
+            want = REWARD_FUNCTIONS[RewardFn(reward.reward_fn)](trajectory, question, outcome)
+            assert want is not None
+            if reward.reward_fn == "brier":
+                assert reward.value == want.value
+            else:
+                assert reward.value == pytest.approx(want.value, rel=1e-15, abs=1e-15)
+            assert reward.components == pytest.approx(want.components, rel=1e-15, abs=1e-15)
     engine.dispose()
