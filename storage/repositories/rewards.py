@@ -399,6 +399,8 @@ def insert_binary_rewards(
         value=_by_function(reward_fns, 0), components=_by_function(reward_fns, 1)
     )
     inserted = int(connection.execute(text(sql), {**params, "fns": list(reward_fns)}).rowcount or 0)
+    if inserted == len(pending) * len(reward_fns):
+        return inserted, list(pending), []  # every row written: no outcome was unscorable
     keys = sorted({(p.question_id, p.outcome_revision) for p in pending})
     bad = connection.execute(
         select(
