@@ -10,7 +10,7 @@ rollouts, not the resolved history. An annulled outcome voids the question's ear
 Decisions: the reward functions are handed the rollout's answer (p_yes, choice, quantiles,
 parse status), not its token arrays or turns, which they do not read. On Postgres, binary
 questions (the bulk of every day's outcomes) are scored in the database by the SQL twins of
-their reward functions (storage.repositories.rewards.BINARY_REWARD_SQL, tested against the
+their reward functions (storage.repositories.binary_rewards, tested against the
 Python definitions), one INSERT … SELECT per function and batch, instead of reading each
 answer into Python and writing each reward back; choice and numeric questions, and every
 kind on SQLite, are scored by the Python functions. A question whose
@@ -43,13 +43,15 @@ from futureworld.rewards import (
 )
 from futureworld.scoring import LOG_SCORE_CLIP
 from storage.engine import run_transaction
-from storage.repositories.questions import list_questions
-from storage.repositories.rewards import (
+from storage.repositories.binary_rewards import (
     BINARY_REWARD_SQL,
-    ApplicableRewards,
-    PendingScore,
     UnscorableOutcome,
     insert_binary_rewards,
+)
+from storage.repositories.questions import list_questions
+from storage.repositories.rewards import (
+    ApplicableRewards,
+    PendingScore,
     insert_rewards,
     outcome_revisions,
     rollout_answers,
