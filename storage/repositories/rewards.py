@@ -187,7 +187,7 @@ def rollouts_missing_rewards(session: Session, applicable: ApplicableRewards) ->
     reads the whole history; checks and repairs use it, backfill does not."""
     current = current_outcomes()
     statement = (
-        select(RolloutRow.id, RolloutRow.question_id, current.c.revision)
+        select(RolloutRow.id, RolloutRow.question_id, current.c.revision, QuestionRow.kind)
         .join(current, current.c.question_id == RolloutRow.question_id)
         .join(QuestionRow, QuestionRow.id == RolloutRow.question_id)
         .where(
@@ -197,7 +197,7 @@ def rollouts_missing_rewards(session: Session, applicable: ApplicableRewards) ->
         .order_by(RolloutRow.id)
     )
     rows = session.connection().execute(statement).all()
-    return [PendingScore(r, q, rev) for r, q, rev in rows]
+    return [PendingScore(r, q, rev, QuestionKind(kind)) for r, q, rev, kind in rows]
 
 
 def queue_rollouts(session: Session, pending: Iterable[PendingScore]) -> int:
