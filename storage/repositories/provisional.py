@@ -23,16 +23,13 @@ from sqlalchemy import ColumnElement, exists, func, select, update
 from sqlalchemy.orm import Session
 
 from futureworld.domain import (
-    MIN_GROUP_SIZE,
-    GroupKey,
     OutcomeStatus,
     ParseStatus,
     QuestionKind,
     ReplayBatch,
-    ScoredRollout,
 )
 from storage.repositories.questions import current_outcomes
-from storage.repositories.rollouts import load_trajectories
+from storage.repositories.training import replay_groups
 from storage.tables import (
     OutcomeRow,
     QuestionRow,
@@ -186,26 +183,10 @@ def select_provisional_batch(
     )
     if not reuse:
         statement = statement.where(~consumed)
-    groups: dict[GroupKey, list[tuple[int, float]]] = {}
-    for rid, qid, version, reward in session.execute(statement):
-        groups.setdefault((qid, agent_id, version), []).append((rid, float(reward)))
-    eligible = [g for g in groups.values() if len(g) >= MIN_GROUP_SIZE]
-    chosen = eligible if max_groups is None else eligible[:max_groups]
-    trajectories = iter(load_trajectories(session, [rid for g in chosen for rid, _ in g]))
-    return ReplayBatch(
-        groups=tuple(
-            tuple(
-                ScoredRollout(
-                    trajectory=(trajectory := next(trajectories)),
-                    reward=reward,
-                    outcome_value=None,
-                    outcome_revision=PROVISIONAL_REVISION,
-                    staleness=current_version - trajectory.policy_version,
-                )
-                for _rid, reward in group
-            )
-            for group in chosen
-        ),
-        skipped_small_groups=len(groups) - len(eligible),
-        remaining_groups=len(eligible) - len(chosen),
+    rows = (
+        (rid, qid, version, reward, None, PROVISIONAL_REVISION)
+        for rid, qid, version, reward in session.execute(statement)
+    )
+    return replay_groups(
+        session, agent_id, rows, current_version=current_version, max_groups=max_groups
     )

@@ -14,7 +14,7 @@ later is not trainable yet, and one re-resolved later is trained on its earlier 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -94,10 +94,30 @@ def select_replay_batch(
     )
     if not reuse:
         statement = statement.where(~consumed)
-    groups: dict[GroupKey, list[tuple[int, float, float, int]]] = {}
-    for rid, qid, version, reward, value, revision in session.execute(statement):
-        key = (qid, agent_id, version)
-        groups.setdefault(key, []).append((rid, float(reward), float(value), revision))
+    return replay_groups(
+        session,
+        agent_id,
+        session.execute(statement),
+        current_version=current_version,
+        max_groups=max_groups,
+    )
+
+
+def replay_groups(
+    session: Session,
+    agent_id: int,
+    rows: Iterable[tuple[int, int, int, float, float | None, int]],
+    *,
+    current_version: int,
+    max_groups: int | None,
+) -> ReplayBatch:
+    """Scored rows (rollout id, question id, policy version, reward, outcome value, outcome
+    revision), oldest first, as the ReplayBatch of their groups: groups of fewer than
+    MIN_GROUP_SIZE are counted, not returned; `max_groups` leaves the rest for later."""
+    groups: dict[GroupKey, list[tuple[int, float, float | None, int]]] = {}
+    for rid, qid, version, reward, value, revision in rows:
+        scored = (rid, float(reward), None if value is None else float(value), revision)
+        groups.setdefault((qid, agent_id, version), []).append(scored)
     # dicts keep insertion order: oldest group first
     eligible = [g for g in groups.values() if len(g) >= MIN_GROUP_SIZE]
     chosen = eligible if max_groups is None else eligible[:max_groups]
