@@ -64,6 +64,10 @@ def train_command(
     kl_coef: Annotated[
         float, typer.Option(help="k3 KL penalty to the agent's base model (v0); 0 = off.")
     ] = TrainOptions.model_fields["kl_coef"].default,
+    max_kl_prox: Annotated[
+        float | None,
+        typer.Option(help="End the update before a step whose KL to π_prox exceeds this."),
+    ] = TrainOptions.model_fields["max_kl_prox"].default,
     sft: Annotated[bool, typer.Option("--sft", help="Supervised fine-tuning.")] = False,
     from_jsonl: Annotated[
         Path | None,
@@ -119,6 +123,7 @@ def train_command(
         groups_per_step=groups_per_step,
         micro_batch_tokens=micro_batch_tokens,
         kl_coef=kl_coef,
+        max_kl_prox=max_kl_prox,
         max_groups=max_groups,
         reuse=reuse,
         fresh_optimizer=fresh_optimizer,

@@ -96,6 +96,8 @@ class TrainOptions(BaseModel):
     """The step's loss normaliser: token_mean (ARCHITECTURE §6) or Dr. GRPO's constant."""
     kl_coef: float = TrainConfig.kl_coef
     """Weight of the k3 KL penalty to the agent's base model (version 0); 0 = off."""
+    max_kl_prox: float | None = TrainConfig.max_kl_prox
+    """End the update before a step whose KL to π_prox per token exceeds this (target KL)."""
     temperature: float | None = TrainConfig.temperature
     """None: recompute log-probs at the temperature the rollouts were sampled at (read from
     them); a number must agree with it. SFT trains at this temperature (1.0 when None)."""
@@ -137,6 +139,7 @@ class TrainOptions(BaseModel):
             micro_batch_tokens=self.micro_batch_tokens,
             loss_aggregation=self.loss_aggregation,
             kl_coef=self.kl_coef,
+            max_kl_prox=self.max_kl_prox,
             temperature=self.temperature,
             device=device,
         )

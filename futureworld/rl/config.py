@@ -110,6 +110,10 @@ class TrainConfig:
     """Tokens with π_prox/μ above this are masked out of the loss entirely."""
     m2po_tau: float | None = None
     """M2PO second-moment bound (0.04 when enabled; Zheng et al. 2025); None disables it."""
+    max_kl_prox: float | None = None
+    """Early stop (PPO's target KL, as in Schulman et al.'s baselines): the update ends before
+    the first step whose k3 estimate of KL(π_prox ‖ π_θ) per loss-mask token exceeds this, so
+    one update cannot run away from the policy that sampled its data. None never stops."""
     kl_coef: float = 0.0
     """Weight of the k3 KL estimate to the reference policy (the un-updated base); 0 = off."""
     info_gain_lambda: float = 0.5
@@ -189,6 +193,8 @@ class TrainConfig:
             )
         if self.m2po_tau is not None and not self.m2po_tau > 0:
             raise ValueError(f"TrainConfig.m2po_tau must be > 0 or None, got {self.m2po_tau}")
+        if self.max_kl_prox is not None and not self.max_kl_prox > 0:
+            raise ValueError(f"TrainConfig.max_kl_prox must be > 0 or None, got {self.max_kl_prox}")
         for name in ("weight_decay", "kl_coef", "info_gain_lambda"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")

@@ -63,7 +63,10 @@ def train_step(
     spare: PackedRow | None = None,
 ) -> dict[str, float]:
     """One optimiser step: the gradients of micro-batches `rows` (each with logp_prox set)
-    summed, then one clipped AdamW step; returns the step's metrics.
+    summed, then one clipped AdamW step; returns the step's metrics, among them `kl_prox`,
+    the k3 estimate of KL(π_prox ‖ π_θ) per loss-mask token before the step. When it exceeds
+    `config.max_kl_prox` the step is not taken and the metrics are {"stopped": 1, "kl_prox"}:
+    the update ends there (PPO's target KL).
 
     The keep mask (M2PO's "batch") and the normaliser N are decided over the whole step,
     N from the loss-mask tokens before any is rejected, so the accumulated gradient equals
@@ -102,6 +105,7 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     sums: Counter[str] = Counter()
     loss_total = 0.0
+    kl_prox = 0.0
     for i, (row, row_keep, weight) in enumerate(work):
         # DDP averages over ranks; scaling by N makes the reduced gradient the ranks' sum
         with forward.no_sync() if i < len(work) - 1 else nullcontext():
@@ -122,6 +126,13 @@ def train_step(
         if weight:
             loss_total += float(out.loss.detach())
             sums.update(out.sums)
+            log_ratio = (logp.detach() - row.logp_prox)[row.mask]
+            kl_prox += float((log_ratio.exp() - 1 - log_ratio).sum())
+    # k3 estimate of KL(π_prox ‖ π_θ) per loss-mask token, over every rank's rows
+    kl_prox = world.sum_floats([kl_prox])[0] / max(mask_tokens, 1)
+    if config.max_kl_prox is not None and kl_prox > config.max_kl_prox:
+        optimizer.zero_grad(set_to_none=True)
+        return {"stopped": 1.0, "kl_prox": kl_prox}
     params = [p for p in model.parameters() if p.requires_grad]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
     optimizer.step()
@@ -140,6 +151,7 @@ def train_step(
         **summarize_metrics(sums),
         "grad_norm": grad_norm,
         "tokens_per_s": tokens / elapsed,
+        "kl_prox": kl_prox,
     }
 
 

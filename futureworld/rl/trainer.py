@@ -21,6 +21,7 @@ with N ranks (it would need every rank's tokens). Only rank 0 writes the checkpo
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,8 @@ from futureworld.rl.distributed import (
 )
 from futureworld.rl.sampling import check_sampling
 from futureworld.rl.step import frozen_logprobs, recompute_temperature, train_step
+
+log = logging.getLogger(__name__)
 
 StepCallback = Callable[[int, dict[str, float]], None]
 """on_step(step, metrics): called after every optimiser step."""
@@ -258,9 +261,19 @@ def train_policy(
     )
     staleness = [r.staleness for r in advantages.rollouts]
     history: list[dict[str, float]] = []
+    stopped = False
     for epoch in range(config.ppo_epochs):
         for step in steps:
             metrics = train_step(model, optimizer, step.rows, config, forward=forward, spare=spare)
+            if metrics.get("stopped"):
+                log.warning(
+                    "update stopped early before step %d: KL to π_prox %.4f > max_kl_prox %s",
+                    global_step + 1,
+                    metrics["kl_prox"],
+                    config.max_kl_prox,
+                )
+                stopped = True
+                break
             step_staleness = [staleness[j] for j in step.rollouts]
             global_step += 1
             metrics.update(
@@ -276,6 +289,8 @@ def train_policy(
                 on_step(global_step, metrics)
             if rank_hook is not None:
                 rank_hook(world.rank, global_step)
+        if stopped:
+            break
     state = _trainer_state(
         config,
         model_dir,

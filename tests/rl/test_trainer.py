@@ -446,3 +446,25 @@ def test_lora_training_continues_the_adapter_of_the_previous_version(tiny_model_
     assert before.keys() == after.keys()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert v2.global_step == 2  # a new version starts a new optimizer and step count
+
+
+def test_an_update_stops_before_the_step_that_exceeds_max_kl_prox(tiny_model_dir, tmp_path):
+    """PPO's target KL: each step reports its KL to π_prox; with max_kl_prox set, the update
+    ends before the first step over it, having taken exactly the steps before it."""
+    scored = _scored(tiny_model_dir, groups=4)
+    config = dataclasses.replace(FAST, learning_rate=5e-2)
+    free = train_policy(tiny_model_dir, scored, config, tmp_path / "free")
+    kls = [m["kl_prox"] for m in free.metrics]
+    assert len(kls) == 4 and kls[0] == pytest.approx(0.0, abs=1e-6) and max(kls[1:]) > 0
+    bound = max(kls[1:]) / 2
+    first_over = next(i for i, kl in enumerate(kls) if kl > bound)
+    stopped = train_policy(
+        tiny_model_dir,
+        scored,
+        dataclasses.replace(config, max_kl_prox=bound),
+        tmp_path / "stopped",
+    )
+    assert stopped.steps == first_over
+    assert [m["kl_prox"] for m in stopped.metrics] == pytest.approx(kls[:first_over])
+    with pytest.raises(ValueError, match="max_kl_prox"):
+        TrainConfig(max_kl_prox=0.0)
