@@ -150,7 +150,9 @@ def test_llm_predict_persists_token_faithful_rollouts_once(engine, tiny_model, t
 def test_predict_killed_midway_then_rerun_creates_no_duplicates(
     engine, db_url: str, tiny_model, tmp_path
 ) -> None:
-    n_questions = 10
+    # Enough groups that persisting them outlasts the poll and the kill: the engine runs
+    # them all at once, so they finish together.
+    n_questions = 48
     _setup(engine, tiny_model, n_questions=n_questions)
     process = _predict_process(db_url, tmp_path)
     deadline = time.monotonic() + 120
