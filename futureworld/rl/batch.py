@@ -138,10 +138,20 @@ def _pack(
     budget_tokens: int,
 ) -> list[PackedRow]:
     """Rows of the rollouts `indices` (first-fit decreasing); rows keep the global indices."""
-    lengths = [_sequence_length(trajectories[i]) for i in indices]
+    return _pack_items(trajectories, advantages, [[i] for i in indices], budget_tokens)
+
+
+def _pack_items(
+    trajectories: Sequence[Trajectory],
+    advantages: Sequence[np.ndarray],
+    items: Sequence[list[int]],
+    budget_tokens: int,
+) -> list[PackedRow]:
+    """Rows of items (runs of rollouts kept side by side), first-fit decreasing by length."""
+    sizes = [sum(_sequence_length(trajectories[i]) for i in item) for item in items]
     return [
-        _row(trajectories, advantages, [indices[b] for b in bin_])
-        for bin_ in first_fit_decreasing(lengths, budget_tokens)
+        _row(trajectories, advantages, [i for b in bin_ for i in items[b]])
+        for bin_ in first_fit_decreasing(sizes, budget_tokens)
     ]
 
 
@@ -225,11 +235,7 @@ def _pack_groups(
             items.append(list(group))
         else:
             items += [[i] for i in group]
-    sizes = [sum(_sequence_length(trajectories[i]) for i in item) for item in items]
-    return [
-        _row(trajectories, advantages, [i for b in bin_ for i in items[b]])
-        for bin_ in first_fit_decreasing(sizes, budget_tokens)
-    ]
+    return _pack_items(trajectories, advantages, items, budget_tokens)
 
 
 @dataclass(frozen=True)
