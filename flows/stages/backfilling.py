@@ -10,13 +10,16 @@ rollouts, not the resolved history. An annulled outcome voids the question's ear
 Decisions: the reward functions are handed the rollout's answer (p_yes, choice, quantiles,
 parse status), not its token arrays or turns, which they do not read. On Postgres, binary
 questions (the bulk of every day's outcomes) are scored in the database by the SQL twins of
-their reward functions (storage.repositories.binary_rewards, tested against the
-Python definitions), one INSERT … SELECT per function and batch, instead of reading each
-answer into Python and writing each reward back; choice and numeric questions, and every
-kind on SQLite, are scored by the Python functions. A question whose
-outcome a reward function rejects (a binary question resolved to 0.5) is reported in
-`errors` and as a pipeline event; its rollouts stay queued and the rest of the batch goes on.
-Each batch of `batch_size` rollouts is its own transaction, so a crash keeps what was scored;
+their reward functions (storage.repositories.binary_rewards, tested against the Python
+definitions): one statement a batch finds the queued rollouts, writes their rewards and
+settles the queue, instead of reading each answer into Python and writing each reward back;
+it also counts the queue's other work, and the pending query of the Python path and the void
+of annulled questions run only when there is some. Choice and numeric questions, and every
+kind on SQLite, are scored by the Python functions.
+A question whose outcome a reward function rejects (a binary question resolved to 0.5) is
+reported in `errors` and as a pipeline event; its rollouts stay queued and the rest of the
+batch goes on.
+Each batch of rollouts is its own transaction, so a crash keeps what was scored;
 a transient database error retries the batch's write of the rewards already computed.
 With `revealed_by` (a backtest's clock) only outcomes resolved by then are scored or voided;
 the rest stay queued for a later day.
@@ -25,7 +28,7 @@ the rest stay queued for a later day.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -45,8 +48,9 @@ from futureworld.scoring import LOG_SCORE_CLIP
 from storage.engine import run_transaction
 from storage.repositories.binary_rewards import (
     BINARY_REWARD_SQL,
+    BinaryBatch,
     UnscorableOutcome,
-    insert_binary_rewards,
+    score_queued_binary_rewards,
 )
 from storage.repositories.questions import list_questions
 from storage.repositories.rewards import (
@@ -74,26 +78,59 @@ def reward_functions_by_kind() -> ApplicableRewards:
     return {kind: [str(fn) for fn in rewards_for_kind(kind)] for kind in QuestionKind}
 
 
+PYTHON_BATCH_ROLLOUTS = 5000
+"""Rollouts a transaction scores with the Python reward functions (their answers are read
+into memory)."""
+DATABASE_BATCH_ROLLOUTS = 50_000
+"""Rollouts a transaction scores in the database (binary questions on Postgres): about a
+second of work, where every statement also pays for finding its batch in the queue."""
+
+
 def backfill_rewards(
-    ctx: PipelineContext, *, batch_size: int = 5000, revealed_by: datetime | None = None
+    ctx: PipelineContext, *, batch_size: int | None = None, revealed_by: datetime | None = None
 ) -> BackfillReport:
     """Score every queued rollout whose question has an outcome revision it lacks rewards
     for, with every reward function that applies to its kind; void the rewards of annulled
-    questions."""
-    engine = ctx.engine
+    questions. `batch_size` (rollouts a transaction) overrides both paths' defaults."""
     applicable = reward_functions_by_kind()
     report = BackfillReport()
     problems = Problems(ctx.run_key, "backfill")
+    other_work = True
+    if _scored_in_database(ctx.engine.dialect.name):
+        in_database = batch_size or DATABASE_BATCH_ROLLOUTS
+        others = _score_binary_in_database(ctx, in_database, revealed_by, report, problems)
+        other_work = others > 0
+        applicable = {k: fns for k, fns in applicable.items() if k is not QuestionKind.BINARY}
+    if other_work:  # on Postgres: only when the queue holds other kinds' work or annulments
+        in_python = batch_size or PYTHON_BATCH_ROLLOUTS
+        _score_in_python(ctx, applicable, in_python, revealed_by, report, problems)
+        report.rewards_voided = run_transaction(
+            ctx.engine,
+            lambda session: void_annulled_rewards(session, as_of=revealed_by),
+            what="backfill: void annulled",
+        )
+    if problems.events:
+        report.errors = problems.lines
+        problems.save(ctx.engine)
+    return report
+
+
+def _score_in_python(
+    ctx: PipelineContext,
+    applicable: ApplicableRewards,
+    batch_size: int,
+    revealed_by: datetime | None,
+    report: BackfillReport,
+    problems: Problems,
+) -> None:
+    """Every pending rollout of the kinds in `applicable`, scored by the Python reward
+    functions a batch (a transaction to read, one to write) at a time."""
+    engine = ctx.engine
     pending = run_transaction(
         engine,
         lambda session: rollouts_pending_rewards(session, applicable, as_of=revealed_by),
         what="backfill: pending rollouts",
     )
-    if _scored_in_database(engine.dialect.name):
-        binary = [p for p in pending if p.kind is QuestionKind.BINARY]
-        pending = [p for p in pending if p.kind is not QuestionKind.BINARY]
-        for start in range(0, len(binary), batch_size):
-            _score_binary_in_database(ctx, binary[start : start + batch_size], report, problems)
     questions: dict[int, Question] = {}
     for start in range(0, len(pending), batch_size):
         chunk = pending[start : start + batch_size]
@@ -120,28 +157,26 @@ def backfill_rewards(
 
         report.rewards_inserted += run_transaction(engine, write, what="backfill: write rewards")
         report.rollouts_scored += len(scored)
-    report.rewards_voided = run_transaction(
-        engine,
-        lambda session: void_annulled_rewards(session, as_of=revealed_by),
-        what="backfill: void annulled",
-    )
-    if problems.events:
-        report.errors = problems.lines
-        problems.save(engine)
-    return report
 
 
 def _scored_in_database(dialect: str) -> bool:
     """Binary questions are scored by SQL on Postgres when every reward function of the kind
-    has its SQL twin (storage.repositories.rewards.BINARY_REWARD_SQL)."""
+    has its SQL twin (storage.repositories.binary_rewards.BINARY_REWARD_SQL)."""
     return dialect == "postgresql" and all(
         str(fn) in BINARY_REWARD_SQL for fn in rewards_for_kind(QuestionKind.BINARY)
     )
 
 
 def _score_binary_in_database(
-    ctx: PipelineContext, chunk: list[PendingScore], report: BackfillReport, problems: Problems
-) -> None:
+    ctx: PipelineContext,
+    batch_size: int,
+    revealed_by: datetime | None,
+    report: BackfillReport,
+    problems: Problems,
+) -> int:
+    """Every queued rollout of a binary question with a resolved outcome, scored and settled
+    by `score_queued_binary_rewards` one batch (a transaction) at a time, in rollout order.
+    Returns how many workable queued rollouts it left to the other paths."""
     fns = [str(fn) for fn in rewards_for_kind(QuestionKind.BINARY)]
     constants = {
         "unparseable": UNPARSEABLE_REWARD,
@@ -149,20 +184,32 @@ def _score_binary_in_database(
         "clip_low": LOG_SCORE_CLIP[0],
         "clip_high": LOG_SCORE_CLIP[1],
     }
+    unscorable: dict[tuple[int, int], UnscorableOutcome] = {}
+    other_work = 0
+    after: int | None = 0
+    while after is not None:
 
-    def write(session: Session) -> tuple[int, list[PendingScore], list[UnscorableOutcome]]:
-        inserted, scored, unscorable = insert_binary_rewards(
-            session, chunk, fns, constants, utc_now()
-        )
-        settle_backfill_queue(session, scored)
-        return inserted, scored, unscorable
+        def score(session: Session, after: int = after) -> BinaryBatch:
+            return score_queued_binary_rewards(
+                session,
+                fns,
+                constants,
+                utc_now(),
+                after=after,
+                limit=batch_size,
+                as_of=revealed_by,
+            )
 
-    inserted, scored, unscorable = run_transaction(
-        ctx.engine, write, what="backfill: write rewards"
-    )
-    report.rewards_inserted += inserted
-    report.rollouts_scored += len(scored)
-    for bad in unscorable:
+        batch = run_transaction(ctx.engine, score, what="backfill: binary rewards")
+        report.rewards_inserted += batch.rewards_inserted
+        report.rollouts_scored += batch.rollouts_scored
+        other_work += batch.other_work
+        for bad in batch.unscorable:  # a question's rollouts may span batches
+            seen = unscorable.get((bad.question_id, bad.revision))
+            rollouts = bad.rollouts + (seen.rollouts if seen else 0)
+            unscorable[(bad.question_id, bad.revision)] = replace(bad, rollouts=rollouts)
+        after = batch.resume_after
+    for bad in unscorable.values():
         problems.add(
             bad.source,
             "unscorable_outcome",
@@ -170,6 +217,7 @@ def _score_binary_in_database(
             f"{bad.revision}: binary question {bad.source}/{bad.external_id} has outcome "
             f"{bad.value}; expected 0 or 1; its {bad.rollouts} rollouts stay queued",
         )
+    return other_work
 
 
 def _score(

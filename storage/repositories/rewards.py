@@ -107,8 +107,6 @@ class PendingScore:
     rollout_id: int
     question_id: int
     outcome_revision: int
-    kind: QuestionKind | None = None
-    """The question's kind, where the query that found the work read it."""
 
 
 def _is_current(
@@ -158,12 +156,13 @@ def _missing_reward(
 def rollouts_pending_rewards(
     session: Session, applicable: ApplicableRewards, *, as_of: datetime | None = None
 ) -> list[PendingScore]:
-    """Queued rollouts whose question's current outcome (as of `as_of` when given) is resolved
-    (at a revision no older than the queued one) and which lack a reward of a function in
-    `applicable[question kind]` for that revision, by rollout id."""
+    """Queued rollouts of the kinds in `applicable` whose question's current outcome (as of
+    `as_of` when given) is resolved (at a revision no older than the queued one) and which
+    lack a reward of a function in `applicable[question kind]` for that revision, by rollout
+    id."""
     queue, outcome = BackfillQueueRow, OutcomeRow
     statement = (
-        select(queue.rollout_id, queue.question_id, outcome.revision, QuestionRow.kind)
+        select(queue.rollout_id, queue.question_id, outcome.revision)
         .join(
             outcome,
             (outcome.question_id == queue.question_id)
@@ -171,6 +170,7 @@ def rollouts_pending_rewards(
         )
         .join(QuestionRow, QuestionRow.id == queue.question_id)
         .where(
+            QuestionRow.kind.in_([str(kind) for kind in applicable]),
             outcome.status == str(OutcomeStatus.RESOLVED),
             _is_current(outcome, as_of),
             _missing_reward(applicable, queue.rollout_id, outcome.revision),
@@ -178,7 +178,7 @@ def rollouts_pending_rewards(
         .order_by(queue.rollout_id)
     )
     rows = session.connection().execute(statement).all()
-    return [PendingScore(r, q, rev, QuestionKind(kind)) for r, q, rev, kind in rows]
+    return [PendingScore(r, q, rev) for r, q, rev in rows]
 
 
 def rollouts_missing_rewards(session: Session, applicable: ApplicableRewards) -> list[PendingScore]:
@@ -187,7 +187,7 @@ def rollouts_missing_rewards(session: Session, applicable: ApplicableRewards) ->
     reads the whole history; checks and repairs use it, backfill does not."""
     current = current_outcomes()
     statement = (
-        select(RolloutRow.id, RolloutRow.question_id, current.c.revision, QuestionRow.kind)
+        select(RolloutRow.id, RolloutRow.question_id, current.c.revision)
         .join(current, current.c.question_id == RolloutRow.question_id)
         .join(QuestionRow, QuestionRow.id == RolloutRow.question_id)
         .where(
@@ -197,7 +197,7 @@ def rollouts_missing_rewards(session: Session, applicable: ApplicableRewards) ->
         .order_by(RolloutRow.id)
     )
     rows = session.connection().execute(statement).all()
-    return [PendingScore(r, q, rev, QuestionKind(kind)) for r, q, rev, kind in rows]
+    return [PendingScore(r, q, rev) for r, q, rev in rows]
 
 
 def queue_rollouts(session: Session, pending: Iterable[PendingScore]) -> int:

@@ -27,7 +27,11 @@ from futureworld.rewards import REWARD_FUNCTIONS, RewardFn
 from storage.engine import make_engine, session_scope
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
-from storage.repositories.rewards import current_rewards, rollouts_missing_rewards
+from storage.repositories.rewards import (
+    current_rewards,
+    queue_rollouts,
+    rollouts_missing_rewards,
+)
 from storage.repositories.rollouts import insert_rollouts, trajectory_from_row
 from storage.tables import BackfillQueueRow, PipelineEventRow, RewardRow, RolloutRow
 from tests.flows.conftest import make_context
@@ -166,6 +170,40 @@ def test_an_unscorable_outcome_is_reported_and_the_rest_goes_on(engine, tmp_path
         record_outcomes(session, [_outcome(binary, 1.0)])  # the corrected revision
     fixed = backfill_rewards(ctx)
     assert (fixed.rollouts_scored, fixed.rewards_inserted, fixed.errors) == (SAMPLES, 6, [])
+    _nothing_left(engine)
+
+
+def test_a_queued_rollout_that_has_some_rewards_gets_only_the_missing_ones(
+    engine, tmp_path
+) -> None:
+    """A rollout queued again though some of its rewards exist (a repair after a crash or a
+    new reward function): backfill writes only the missing ones and keeps the existing ones
+    as they were (on Postgres the plain insert of binary rewards fails on the unique key and
+    the batch is written again skipping what exists)."""
+    ctx = make_context(engine, tmp_path)
+    questions, _ = _world(engine, per_kind=1)
+    with session_scope(engine) as session:
+        record_outcomes(session, [_outcome(q, _value(q)) for q in questions])
+    backfill_rewards(ctx)
+    binary = questions[0]
+    with session_scope(engine) as session:
+        rows = session.scalars(
+            select(RewardRow).join(RolloutRow).where(RolloutRow.question_id == binary.id)
+        ).all()
+        kept = {(r.rollout_id, r.reward_fn): r.value for r in rows}
+        lost = [r for r in rows if r.reward_fn == "log_score" and r.rollout_id % 2 == 0]
+        for row in lost:
+            session.delete(row)
+        session.flush()
+        queue_rollouts(session, rollouts_missing_rewards(session, reward_functions_by_kind()))
+    repaired = backfill_rewards(ctx)
+    assert (repaired.rollouts_scored, repaired.rewards_inserted) == (len(lost), len(lost))
+    with session_scope(engine) as session:
+        rows = session.scalars(
+            select(RewardRow).join(RolloutRow).where(RolloutRow.question_id == binary.id)
+        ).all()
+        assert {(r.rollout_id, r.reward_fn): r.value for r in rows} == kept
+    assert _count(engine, select(func.count()).select_from(BackfillQueueRow)) == 0
     _nothing_left(engine)
 
 
