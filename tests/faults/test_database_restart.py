@@ -112,12 +112,13 @@ def test_predict_backfill_and_train_survive_a_server_crash_exactly_once(
 
     resolve_every_question(engine)
 
-    # backfill: the server dies after the rewards were copied, before the queue is settled.
+    # backfill: the server dies inside the transaction, as the statement that writes the
+    # rewards and settles the queue is sent.
     queue = BackfillQueueRow.__tablename__
     with crash_server_at(engine, cluster, f"DELETE FROM {queue}") as crashed:
         backfilled = backfill_rewards(ctx)
     assert crashed, "the server was never stopped during backfill"
-    assert _retried(caplog, "backfill: write rewards")
+    assert _retried(caplog, "backfill: binary rewards")
     expected_rewards = QUESTIONS * G * len(rewards_for_kind(QuestionKind.BINARY))
     assert backfilled.rewards_inserted == expected_rewards
     assert _count(engine, RewardRow) == expected_rewards
