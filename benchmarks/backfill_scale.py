@@ -47,8 +47,8 @@ from flows.stages.backfilling import BackfillReport, backfill_rewards, reward_fu
 from futureworld.domain import Agent, Outcome, OutcomeStatus, ParseStatus, Question, Trajectory
 from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent
+from storage.repositories.backfill_queue import rollouts_missing_rewards
 from storage.repositories.questions import record_outcomes, upsert_questions
-from storage.repositories.rewards import rollouts_missing_rewards
 from storage.repositories.rollouts import insert_rollouts
 
 ADMIN = os.environ.get("FW_BENCH_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test")

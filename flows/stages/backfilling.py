@@ -46,6 +46,13 @@ from futureworld.rewards import (
 )
 from futureworld.scoring import LOG_SCORE_CLIP
 from storage.engine import run_transaction
+from storage.repositories.backfill_queue import (
+    ApplicableRewards,
+    PendingScore,
+    rollouts_pending_rewards,
+    settle_backfill_queue,
+    void_annulled_rewards,
+)
 from storage.repositories.binary_rewards import (
     BINARY_REWARD_SQL,
     BinaryBatch,
@@ -53,16 +60,7 @@ from storage.repositories.binary_rewards import (
     score_queued_binary_rewards,
 )
 from storage.repositories.questions import list_questions
-from storage.repositories.rewards import (
-    ApplicableRewards,
-    PendingScore,
-    insert_rewards,
-    outcome_revisions,
-    rollout_answers,
-    rollouts_pending_rewards,
-    settle_backfill_queue,
-    void_annulled_rewards,
-)
+from storage.repositories.rewards import insert_rewards, outcome_revisions, rollout_answers
 
 
 @dataclass

@@ -1,13 +1,15 @@
 """The SQL the repositories share: the dialect's INSERT … ON CONFLICT (Postgres and SQLite
-both support the clause) and the chunked insert of rows not stored yet."""
+both support the clause), the chunked insert of rows not stored yet, and `column IN ids` as
+one parameter."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Row
+from sqlalchemy import ColumnElement, Integer, Row, any_, bindparam
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 T = TypeVar("T")
@@ -50,3 +52,11 @@ def insert_new(
         )
         inserted += session.execute(statement).all()
     return inserted
+
+
+def among(session: Session, column: Any, ids: Sequence[int]) -> ColumnElement[bool]:
+    """`column IN ids`: one array parameter on Postgres (`= ANY(:ids)`), where an IN list
+    would be as many parameters as ids."""
+    if dialect(session) == "postgresql":
+        return column == any_(bindparam("ids", list(ids), type_=ARRAY(Integer)))
+    return column.in_(list(ids))

@@ -26,12 +26,9 @@ from futureworld.domain import (
 from futureworld.rewards import REWARD_FUNCTIONS, RewardFn
 from storage.engine import make_engine, session_scope
 from storage.repositories.agents import ensure_agent
+from storage.repositories.backfill_queue import queue_rollouts, rollouts_missing_rewards
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
-from storage.repositories.rewards import (
-    current_rewards,
-    queue_rollouts,
-    rollouts_missing_rewards,
-)
+from storage.repositories.rewards import current_rewards
 from storage.repositories.rollouts import insert_rollouts, trajectory_from_row
 from storage.tables import BackfillQueueRow, PipelineEventRow, RewardRow, RolloutRow
 from tests.flows.conftest import make_context

@@ -21,16 +21,16 @@ from futureworld.domain import (
 from futureworld.rewards import rewards_for_kind
 from storage.engine import current_revision, make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent
-from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
-from storage.repositories.rewards import (
+from storage.repositories.backfill_queue import (
     PendingScore,
-    insert_rewards,
     queue_rollouts,
     rollouts_missing_rewards,
     rollouts_pending_rewards,
     settle_backfill_queue,
     void_annulled_rewards,
 )
+from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
+from storage.repositories.rewards import insert_rewards
 from storage.repositories.rollouts import insert_rollouts
 from storage.tables import BackfillQueueRow
 

@@ -23,6 +23,7 @@ from futureworld.domain import (
 from storage.engine import current_revision, make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent, latest_policy_version
 from storage.repositories.articles import insert_articles
+from storage.repositories.backfill_queue import rollouts_pending_rewards, void_annulled_rewards
 from storage.repositories.questions import (
     count_rows,
     latest_outcomes,
@@ -30,12 +31,7 @@ from storage.repositories.questions import (
     record_outcomes,
     upsert_questions,
 )
-from storage.repositories.rewards import (
-    current_rewards,
-    insert_rewards,
-    rollouts_pending_rewards,
-    void_annulled_rewards,
-)
+from storage.repositories.rewards import current_rewards, insert_rewards
 from storage.repositories.rollouts import insert_rollouts, load_trajectories
 from storage.search import ArticleCorpus
 from storage.tables import OutcomeRow, QuestionRow, RolloutRow, TurnRow
