@@ -35,6 +35,10 @@ def demo_command(
     kind_panel: Annotated[
         int, typer.Option(help="Held-out panel questions per choice or numeric kind.")
     ] = 300,
+    kl_coef: Annotated[
+        float,
+        typer.Option(min=0.0, help="k3 KL penalty of every update to the warm start; 0 = off."),
+    ] = 0.0,
 ) -> None:
     """The whole delayed-reward loop on the simulated world, offline: it learns in minutes."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -60,6 +64,7 @@ def demo_command(
             kinds=kind_list,
             kind_questions_per_day=kind_questions_per_day,
             kind_panel_questions=kind_panel,
+            rl_kl_coef=kl_coef,
         )
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--kinds") from None

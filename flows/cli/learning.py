@@ -62,8 +62,16 @@ def train_command(
         int, typer.Option(help="Tokens per packed row.")
     ] = TrainOptions.model_fields["micro_batch_tokens"].default,
     kl_coef: Annotated[
-        float, typer.Option(help="k3 KL penalty to the agent's base model (v0); 0 = off.")
+        float, typer.Option(help="k3 KL penalty to the reference (--kl-reference); 0 = off.")
     ] = TrainOptions.model_fields["kl_coef"].default,
+    kl_reference: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Registered version the KL penalty anchors to: 0 (the base model) or a later "
+            "full model, e.g. the supervised warm start.",
+        ),
+    ] = TrainOptions.model_fields["kl_reference"].default,
     max_kl_prox: Annotated[
         float | None,
         typer.Option(help="End the update before a step whose KL to π_prox exceeds this."),
@@ -123,6 +131,7 @@ def train_command(
         groups_per_step=groups_per_step,
         micro_batch_tokens=micro_batch_tokens,
         kl_coef=kl_coef,
+        kl_reference=kl_reference,
         max_kl_prox=max_kl_prox,
         max_groups=max_groups,
         reuse=reuse,

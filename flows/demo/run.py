@@ -85,6 +85,8 @@ if TYPE_CHECKING:
 
 LEARNER = "forecaster"
 CROWD = "crowd"
+WARM_START_VERSION = 1
+"""The learner's supervised warm start: the version after its base model (version 0)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +117,9 @@ class DemoConfig:
     sft_epochs: int = 20
     sft_learning_rate: float = 1e-3
     rl_learning_rate: float = 1e-3
+    rl_kl_coef: float = 0.0
+    """k3 KL penalty of every RL update to the supervised warm start (`WARM_START_VERSION`);
+    0 = off."""
     rl_groups_per_step: int = 5
     """Whole groups per optimiser step: 5 questions × G = 8 = the 40 rollouts a step tuned
     with benchmarks/learning_curve.py (gradients accumulate over the step's rows)."""
@@ -197,6 +202,8 @@ class DemoConfig:
             temperature=self.temperature,
             min_groups=self.min_groups,
             kind_rewards=tuple(own_reward[k] for k in self.extra_kinds),
+            kl_coef=self.rl_kl_coef,
+            kl_reference=WARM_START_VERSION,
         )
 
 
@@ -302,7 +309,8 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     demonstrations += kind_warm_start_trajectories(
         tokenizer, kind_examples, first_index=len(demonstrations)
     )
-    supervised_finetune(ctx, LEARNER, demonstrations, config.warm_start)
+    warm = supervised_finetune(ctx, LEARNER, demonstrations, config.warm_start)
+    assert warm.to_version == WARM_START_VERSION, warm
 
     panel = build_panel(panel_world, config.panel_questions)
     panels: list[PanelScore] = []

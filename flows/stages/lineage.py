@@ -4,9 +4,9 @@ state it continues, and which reference a KL penalty anchors to.
 A version's parent is the version whose weights it was trained from. Usually that is the
 newest; an explicit resume names another registered checkpoint of the agent (a path that is
 not one, or whose files no longer match its recorded sha256, is refused), which then is the
-parent, the update's π_prox and the version staleness is measured against. With a KL
-penalty the reference is always the agent's base model, version 0 (for LoRA the base under
-the adapter, which is the same model).
+parent, the update's π_prox and the version staleness is measured against. A KL penalty
+anchors to the agent's base model, version 0, unless the update names another registered full
+model (e.g. the supervised warm start); for LoRA it is always the base under the adapter.
 """
 
 from __future__ import annotations
@@ -58,10 +58,38 @@ def continued_optimizer(current: PolicyVersion, config: TrainConfig) -> Path | N
     return None if trained["config"]["estimator"] == Estimator.SFT else checkpoint
 
 
-def base_version(ctx: PipelineContext, agent: Agent) -> PolicyVersion:
-    """Version 0: the agent's base model, the reference of a KL penalty."""
+def reference_version(
+    ctx: PipelineContext, agent: Agent, current: PolicyVersion, version: int, *, lora: bool
+) -> PolicyVersion:
+    """The registered version a KL penalty anchors to: the base model (version 0) by
+    default, or a later full model such as the supervised warm start that RL should stay
+    near. Refused: a version the agent does not have, a LoRA adapter (with LoRA the reference
+    is the base under the adapter, version 0), files changed since registration."""
+    from futureworld.rl.checkpoints import checkpoint_sha256
+
+    if lora and version != 0:
+        raise ValueError(
+            f"a LoRA update's KL reference is the base under its adapter (version 0), not "
+            f"v{version}; train all weights to anchor to a later version"
+        )
+    if not 0 <= version <= current.version:
+        raise ValueError(
+            f"KL reference v{version}: {agent.name} has versions v0–v{current.version}"
+        )
     with session_scope(ctx.engine) as session:
-        return get_policy_version(session, agent.id, 0)
+        reference = get_policy_version(session, agent.id, version)
+    checkpoint = Path(reference.checkpoint_path)
+    if is_lora_adapter(checkpoint):
+        raise ValueError(
+            f"KL reference v{version} of {agent.name} is a LoRA adapter; anchor to a full model"
+        )
+    recorded = reference.checkpoint_sha256
+    if version and recorded and recorded != checkpoint_sha256(checkpoint):
+        raise ValueError(
+            f"KL reference v{version} of {agent.name} ({checkpoint}) no longer matches the "
+            f"sha256 recorded when it was registered"
+        )
+    return reference
 
 
 def registered_version(

@@ -30,13 +30,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flows.context import PipelineContext
 from flows.stages.lineage import (
-    base_version,
     continued_optimizer,
     model_and_adapter,
+    reference_version,
     registered_version,
 )
 from flows.stages.provisional import with_provisional_groups
@@ -95,7 +95,10 @@ class TrainOptions(BaseModel):
     loss_aggregation: LossAggregation = TrainConfig.loss_aggregation
     """The step's loss normaliser: token_mean (ARCHITECTURE §6) or Dr. GRPO's constant."""
     kl_coef: float = TrainConfig.kl_coef
-    """Weight of the k3 KL penalty to the agent's base model (version 0); 0 = off."""
+    """Weight of the k3 KL penalty to the reference (`kl_reference`); 0 = off."""
+    kl_reference: int = Field(default=0, ge=0)
+    """The registered version the KL penalty anchors to: 0, the base model, or a later full
+    model such as the supervised warm start."""
     max_kl_prox: float | None = TrainConfig.max_kl_prox
     """End the update before a step whose KL to π_prox per token exceeds this (target KL)."""
     temperature: float | None = TrainConfig.temperature
@@ -180,14 +183,19 @@ def _run_update(
     parent: PolicyVersion | None = None,
     resume_from: Path | None = None,
     nproc: int = 1,
+    kl_version: int = 0,
 ) -> tuple[TrainingRun, TrainResult, PolicyVersion]:
-    """Trains `parent` (default: `current`, the newest) into version current + 1."""
+    """Trains `parent` (default: `current`, the newest) into version current + 1; a KL
+    penalty anchors to version `kl_version`."""
     from futureworld.rl.trainer import train_policy
 
     engine = ctx.engine
     parent = parent or current
     model_dir, adapter_dir = model_and_adapter(agent, parent, config.lora)
-    reference = Path(base_version(ctx, agent).checkpoint_path) if config.kl_coef > 0 else None
+    reference = None
+    if config.kl_coef > 0:
+        anchor = reference_version(ctx, agent, current, kl_version, lora=config.lora)
+        reference = Path(anchor.checkpoint_path)
     run_config = {**run_config, "reference": None if reference is None else str(reference)}
     run = run_transaction(
         engine,
@@ -346,6 +354,7 @@ def replay_and_train(
         parent=parent,
         resume_from=resume_from,
         nproc=options.nproc,
+        kl_version=options.kl_reference,
     )
     return TrainReport(
         training_run_id=run.id,

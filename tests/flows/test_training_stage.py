@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.stages.backfilling import backfill_rewards
+from flows.stages.lineage import reference_version
 from flows.stages.predicting import predict
 from flows.stages.training import TrainOptions, replay_and_train, supervised_finetune
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
@@ -211,7 +212,7 @@ def test_steps_hold_whole_groups_through_the_stage(
     assert [(s["groups"], s["rollouts"]) for s in report.steps] == [(2, 6), (1, 3)]
 
 
-def test_kl_anchors_to_the_base_version_and_is_positive_once_weights_moved(
+def test_kl_anchors_to_the_base_or_a_named_version_and_is_positive_once_weights_moved(
     engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
     ctx = make_context(engine, tmp_path)
@@ -242,6 +243,23 @@ def test_kl_anchors_to_the_base_version_and_is_positive_once_weights_moved(
     assert configs[2]["reference"] is None  # no KL in that update
     state = json.loads((Path(third.checkpoint_path) / "trainer_state.json").read_text())
     assert state["reference"] == base
+
+    # Anchored to a later version instead (here the update's own parent, v3), the KL of the
+    # first step is 0 again, and the run records that version's checkpoint as its reference.
+    fourth = replay_and_train(
+        ctx, "tiny", with_kl.model_copy(update={"reuse": True, "kl_reference": 3})
+    )
+    assert fourth is not None and fourth.from_version == 3
+    assert fourth.steps[0]["kl_ref"] == pytest.approx(0, abs=1e-7)
+    with session_scope(engine) as session:
+        run = session.scalars(select(TrainingRunRow).where(TrainingRunRow.to_version == 4)).one()
+    assert run.config["reference"] == _versions(engine)[3].checkpoint_path
+    with pytest.raises(ValueError, match="KL reference v9: tiny has versions v0–v4"):
+        replay_and_train(ctx, "tiny", with_kl.model_copy(update={"reuse": True, "kl_reference": 9}))
+    with session_scope(engine) as session:
+        agent = get_agent(session, "tiny")
+    with pytest.raises(ValueError, match="LoRA update's KL reference is the base"):
+        reference_version(ctx, agent, _versions(engine)[4], 1, lora=True)
 
 
 def test_resume_records_the_checkpoint_it_resumed_from_as_parent(
