@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flows.context import build_context, open_engine
+from flows.demo.config import LEARNER, DemoConfig
 from flows.demo.panel import PANEL_QUESTIONS_PER_DAY, PanelScore, build_panel, score_panel
 from flows.demo.report import learning_claim
-from flows.demo.run import LEARNER, DemoConfig, run_demo
+from flows.demo.run import run_demo
 from flows.settings import Settings
 from futureworld.rl.config import Estimator
 from futureworld.scoring import brier, expected_calibration_error

@@ -49,7 +49,8 @@ def demo_command(
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
-    from flows.demo.run import DemoConfig, run_demo
+    from flows.demo.config import DemoConfig
+    from flows.demo.run import run_demo
     from futureworld.domain import QuestionKind
 
     try:

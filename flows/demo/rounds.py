@@ -25,7 +25,7 @@ from futureworld.domain import GenerationSettings, QuestionKind
 from futureworld.policy.loading import BackendSpec, load_backend
 
 if TYPE_CHECKING:
-    from flows.demo.run import DemoConfig
+    from flows.demo.config import DemoConfig
 
 RoundPolicy = tuple[BackendSpec, GenerationSettings, int]
 """How to load a policy version, its sampling settings and its version number."""

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flows.context import build_context, open_engine
+from flows.demo.config import CROWD, LEARNER, WARM_START_VERSION, DemoConfig
 from flows.demo.kinds import (
     KindClaim,
     KindPanelScore,
@@ -73,138 +74,12 @@ from flows.demo.report import (
 )
 from flows.demo.rounds import RoundScores, panel_scorer, round_policy, score_round
 from flows.settings import Settings
-from flows.stages.training import TrainOptions
-from futureworld.domain import Agent, BackendKind, GenerationSettings, QuestionKind
-from futureworld.rewards import RewardFn
-from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator
+from futureworld.domain import Agent, BackendKind, QuestionKind
 from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent
 
 if TYPE_CHECKING:
-    from futureworld.world import WorldConfig
-
-LEARNER = "forecaster"
-CROWD = "crowd"
-WARM_START_VERSION = 1
-"""The learner's supervised warm start: the version after its base model (version 0)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class DemoConfig:
-    out_dir: Path = Path("reports/demo")
-    """Report folder; the demo's database, model and checkpoints go to `out_dir/state`."""
-    rounds: int = 30
-    """Simulated days of the daily cycle."""
-    questions_per_day: int = 40
-    """New questions the world poses each day."""
-    samples: int = 8
-    """Rollouts per question (the group size G)."""
-    seed: int = 0
-    max_horizon_days: int = 2
-    """Questions resolve 1..this many days after they are posed: rewards arrive with delay,
-    and part of every update is trained on rollouts of an older policy version."""
-    panel_questions: int = 2000
-    """Held-out questions every round's policy forecasts (the same ones, the same outcomes)."""
-    panel_samples: int = 1
-    """Forecasts per panel question: the outcome noise is per question, so many questions
-    with one sample each measure a policy better than fewer questions sampled repeatedly."""
-    sft_days: int = 5
-    sft_questions_per_day: int = 40
-    sft_sharpening: float = 3.0
-    """The reference's over-confidence: its log-odds are this multiple of the truth's."""
-    sft_noise_logit: float = 1.0
-    """Noise on the warm-start targets' log-odds, so the policy keeps spread to explore."""
-    sft_epochs: int = 20
-    sft_learning_rate: float = 1e-3
-    rl_learning_rate: float = 1e-3
-    rl_kl_coef: float = 0.0
-    """k3 KL penalty of every RL update to the supervised warm start (`WARM_START_VERSION`);
-    0 = off."""
-    rl_groups_per_step: int = 5
-    """Whole groups per optimiser step: 5 questions × G = 8 = the 40 rollouts a step tuned
-    with benchmarks/learning_curve.py (gradients accumulate over the step's rows)."""
-    estimator: Estimator = DEFAULT_ESTIMATOR
-    min_groups: int = 4
-    """Train in a round only when at least this many completed groups are waiting."""
-    temperature: float = 1.0
-    hidden_size: int = 64
-    layers: int = 2
-    kinds: tuple[QuestionKind, ...] = (QuestionKind.BINARY,)
-    """Question kinds the world poses: binary always, choice and numeric on request."""
-    kind_questions_per_day: int = 10
-    """Choice and numeric questions the world poses a day, of each kind in `kinds`."""
-    kind_panel_questions: int = 300
-    """Held-out panel questions per choice or numeric kind, one sample each."""
-    kind_max_new_tokens: int = 64
-    """A turn's token budget when choice or numeric questions are posed: their answers are
-    longer than a probability."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "estimator", Estimator(self.estimator))
-        kinds = tuple(QuestionKind(k) for k in self.kinds)
-        object.__setattr__(self, "kinds", kinds)
-        if QuestionKind.BINARY not in kinds or len(set(kinds)) != len(kinds):
-            raise ValueError(f"kinds must name binary and each kind once, got {list(kinds)}")
-        if self.extra_kinds and (self.kind_questions_per_day < 1 or self.kind_panel_questions < 1):
-            raise ValueError("kind_questions_per_day and kind_panel_questions must be >= 1")
-        if self.rounds < 2:
-            raise ValueError(f"the demo needs at least 2 rounds to compare, got {self.rounds}")
-        if self.questions_per_day < 1 or self.samples < 2 or self.panel_questions < 1:
-            raise ValueError("questions_per_day and panel_questions must be >= 1, samples >= 2")
-
-    @property
-    def extra_kinds(self) -> tuple[QuestionKind, ...]:
-        """The kinds besides binary, in `kinds` order."""
-        return tuple(k for k in self.kinds if k is not QuestionKind.BINARY)
-
-    def world_config(self, **values: object) -> WorldConfig:
-        """A world posing this demo's kinds (a binary-only world is unchanged by kinds)."""
-        from futureworld.world import WorldConfig
-
-        per_day = self.kind_questions_per_day
-        return WorldConfig(
-            choice_questions_per_day=per_day if QuestionKind.CHOICE in self.kinds else 0,
-            numeric_questions_per_day=per_day if QuestionKind.NUMERIC in self.kinds else 0,
-            **values,  # type: ignore[arg-type]
-        )
-
-    @property
-    def generation(self) -> GenerationSettings:
-        """The learner's sampling: one brief turn, a short answer."""
-        return GenerationSettings(
-            temperature=self.temperature,
-            max_turns=1,
-            max_new_tokens=self.kind_max_new_tokens if self.extra_kinds else 12,
-            max_total_tokens=1024,
-            brief_prompt=True,
-            seed=self.seed,
-        )
-
-    @property
-    def warm_start(self) -> TrainOptions:
-        return TrainOptions(
-            estimator=Estimator.SFT,
-            learning_rate=self.sft_learning_rate,
-            ppo_epochs=self.sft_epochs,
-            micro_batch_tokens=2048,
-            groups_per_step=4,
-        )
-
-    @property
-    def update(self) -> TrainOptions:
-        """Each round's RL update: a group a packed row, `rl_groups_per_step` groups a step."""
-        own_reward = {QuestionKind.CHOICE: RewardFn.RLCR, QuestionKind.NUMERIC: RewardFn.CRPS}
-        return TrainOptions(
-            estimator=self.estimator,
-            learning_rate=self.rl_learning_rate,
-            micro_batch_tokens=2048,
-            groups_per_step=self.rl_groups_per_step,
-            temperature=self.temperature,
-            min_groups=self.min_groups,
-            kind_rewards=tuple(own_reward[k] for k in self.extra_kinds),
-            kl_coef=self.rl_kl_coef,
-            kl_reference=WARM_START_VERSION,
-        )
+    pass
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import os
 
-from flows.demo.run import DemoConfig, run_demo
+from flows.demo.config import DemoConfig
+from flows.demo.run import run_demo
 
 
 def test_the_default_demo_runs_the_whole_loop_and_learns(prefect_harness, tmp_path) -> None:
