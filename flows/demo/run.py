@@ -11,7 +11,7 @@ The defaults were tuned with benchmarks/learning_curve.py so that a 64-wide, 2-l
 visibly learns on 2 CPU cores: brief prompts (the title states the cue), dr_grpo at lr 1e-3
 with 40 rollouts (5 questions) per optimiser step and the AdamW moments carried from version
 to version; a group's rollouts share a training row of up to 2048 tokens, so its prompt is
-forwarded once (futureworld.rl.batch). The panel is large (2000 questions, one
+forwarded once (futureworld.rl.forward). The panel is large (2000 questions, one
 sample each) because the claim is judged on realised outcomes: calibration is worth a few
 hundredths of Brier, and only a big panel, compared pairwise, tells that from luck.
 Everything lives under `--out`; a rerun starts afresh. `out/demo.log` gets one line per

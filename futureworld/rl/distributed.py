@@ -33,7 +33,8 @@ import torch.distributed as dist
 from torch import nn
 
 from futureworld.domain import Trajectory
-from futureworld.rl.batch import PackedRow, StepBatch, pack_trajectories, plan_steps, token_logprobs
+from futureworld.rl.batch import PackedRow, StepBatch, pack_trajectories, plan_steps
+from futureworld.rl.forward import token_logprobs
 
 JOB_FILE = "job.pkl"
 RESULT_FILE = "result.pkl"

@@ -2,7 +2,7 @@
 
 Pure tensor functions, registered in `OBJECTIVES` by `Objective`, and the step normalisers,
 registered in `NORMALIZERS` by `LossAggregation`. They know nothing of models or batching:
-`token_logprobs` (batch.py) produces their inputs. The normaliser is decided before any token
+`token_logprobs` (forward.py) produces their inputs. The normaliser is decided before any token
 is rejected, so dropping a token removes its term and leaves every other token's weight alone.
 """
 

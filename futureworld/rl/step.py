@@ -16,9 +16,10 @@ from contextlib import nullcontext
 import torch
 from torch import nn
 
-from futureworld.rl.batch import PackedRow, token_logprobs
+from futureworld.rl.batch import PackedRow
 from futureworld.rl.config import TrainConfig
 from futureworld.rl.distributed import StepForward, padding_row
+from futureworld.rl.forward import token_logprobs
 from futureworld.rl.losses import OBJECTIVES, LossInputs, step_normalizer, summarize_metrics
 
 

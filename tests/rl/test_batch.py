@@ -13,8 +13,8 @@ from futureworld.rl.batch import (
     pack_trajectories,
     packing_stats,
     plan_steps,
-    token_logprobs,
 )
+from futureworld.rl.forward import token_logprobs
 from tests.rl.rl_builders import make_rollout
 
 
