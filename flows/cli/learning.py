@@ -13,6 +13,7 @@ from rich.table import Table
 from flows.cli.common import (
     AsOfOption,
     DbOption,
+    UserError,
     cli_context,
     console,
     require_agent,
@@ -114,6 +115,7 @@ def train_command(
     db: DbOption = None,
 ) -> None:
     """Replay completed groups into a staleness-corrected update; register the new version."""
+    from flows.stages.lineage import LineageError
     from flows.stages.training import (
         replay_and_train,
         sft_trajectories_from_jsonl,
@@ -142,12 +144,15 @@ def train_command(
 
     with cli_context(db) as ctx:
         require_agent(ctx, agent)
-        if sft:
-            assert from_jsonl is not None
-            trajectories = sft_trajectories_from_jsonl(ctx, agent, from_jsonl)
-            report = supervised_finetune(ctx, agent, trajectories, options)
-        else:
-            report = replay_and_train(ctx, agent, options, resume_from=resume)
+        try:
+            if sft:
+                assert from_jsonl is not None
+                trajectories = sft_trajectories_from_jsonl(ctx, agent, from_jsonl)
+                report = supervised_finetune(ctx, agent, trajectories, options)
+            else:
+                report = replay_and_train(ctx, agent, options, resume_from=resume)
+        except LineageError as error:  # a version or checkpoint named by the caller
+            raise UserError(str(error)) from None
         if report is not None:  # the next predict samples the new version
             print_serve_report(serve_current_version(ctx, agent))
     if report is None:

@@ -21,17 +21,23 @@ from storage.engine import session_scope
 from storage.repositories.agents import get_policy_version
 
 
+class LineageError(ValueError):
+    """An update names a version or checkpoint the agent cannot train from or anchor to (not
+    registered, changed since registration, LoRA where a full model is needed or the
+    reverse): the caller's to fix, found before any training."""
+
+
 def model_and_adapter(agent: Agent, current: PolicyVersion, lora: bool) -> tuple[Path, Path | None]:
     """(model directory, adapter directory or None) to train `current` from."""
     checkpoint = Path(current.checkpoint_path)
     if is_lora_adapter(checkpoint):
         if not lora:
-            raise ValueError(
+            raise LineageError(
                 f"{agent.name} v{current.version} is a LoRA adapter; keep training with --lora"
             )
         return Path(agent.base_model), checkpoint
     if lora and current.version > 0:
-        raise ValueError(
+        raise LineageError(
             f"{agent.name} v{current.version} is a fully fine-tuned model; LoRA adapters are "
             "trained over the base model only (continue without --lora)"
         )
@@ -68,24 +74,24 @@ def reference_version(
     from futureworld.rl.checkpoints import checkpoint_sha256
 
     if lora and version != 0:
-        raise ValueError(
+        raise LineageError(
             f"a LoRA update's KL reference is the base under its adapter (version 0), not "
             f"v{version}; train all weights to anchor to a later version"
         )
     if not 0 <= version <= current.version:
-        raise ValueError(
+        raise LineageError(
             f"KL reference v{version}: {agent.name} has versions v0–v{current.version}"
         )
     with session_scope(ctx.engine) as session:
         reference = get_policy_version(session, agent.id, version)
     checkpoint = Path(reference.checkpoint_path)
     if is_lora_adapter(checkpoint):
-        raise ValueError(
+        raise LineageError(
             f"KL reference v{version} of {agent.name} is a LoRA adapter; anchor to a full model"
         )
     recorded = reference.checkpoint_sha256
     if version and recorded and recorded != checkpoint_sha256(checkpoint):
-        raise ValueError(
+        raise LineageError(
             f"KL reference v{version} of {agent.name} ({checkpoint}) no longer matches the "
             f"sha256 recorded when it was registered"
         )
@@ -107,12 +113,12 @@ def registered_version(
         if Path(version.checkpoint_path).resolve() != wanted:
             continue
         if version.checkpoint_sha256 and checkpoint_sha256(wanted) != version.checkpoint_sha256:
-            raise ValueError(
+            raise LineageError(
                 f"{checkpoint} is {agent.name} v{version.version}, but its files no longer "
                 f"match the sha256 recorded when it was registered"
             )
         return version
-    raise ValueError(
+    raise LineageError(
         f"cannot resume from {checkpoint}: it is not a registered version of {agent.name} "
         f"(v0–v{current.version}); resume from one of the agent's own checkpoints"
     )

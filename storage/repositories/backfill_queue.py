@@ -13,6 +13,9 @@ Decisions:
   failed stays queued and is retried on the next run.
 - As of an instant (a backtest's clock), only outcome revisions revealed by then (resolved_at
   <= the clock) are current: a queued rollout whose outcome resolves later stays queued.
+- On Postgres, binary questions' rollouts are found, scored and settled by one statement a
+  batch (storage.repositories.binary_rewards); these queries serve the other kinds, SQLite,
+  annulments and repairs.
 """
 
 from __future__ import annotations

@@ -256,6 +256,25 @@ def test_kl_anchors_to_the_base_or_a_named_version_and_is_positive_once_weights_
     assert run.config["reference"] == _versions(engine)[3].checkpoint_path
     with pytest.raises(ValueError, match="KL reference v9: tiny has versions v0–v4"):
         replay_and_train(ctx, "tiny", with_kl.model_copy(update={"reuse": True, "kl_reference": 9}))
+    refused = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--agent",
+            "tiny",
+            "--reuse",
+            "--kl-coef",
+            "0.1",
+            "--kl-reference",
+            "9",
+            "--db",
+            db_url,
+        ],
+        env={"FW_DATA_DIR": str(tmp_path)},
+    )
+    assert refused.exit_code == 2, refused.output  # the caller's mistake: one line, exit 2
+    assert "KL reference v9: tiny has versions v0–v4" in refused.output
+    assert "Traceback" not in refused.output
     with session_scope(engine) as session:
         agent = get_agent(session, "tiny")
     with pytest.raises(ValueError, match="LoRA update's KL reference is the base"):
