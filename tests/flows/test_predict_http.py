@@ -131,9 +131,10 @@ def test_predict_over_http_keeps_max_concurrency_requests_in_flight(engine, tiny
     questions, samples = 8, 8  # 64 requests: two waves of max_concurrency
     assert questions * samples == 2 * concurrency
     tokens = 12
-    # 12 tokens × 0.25 s: 3 s a request, long beside persisting the four groups a wave
-    # completes before the next wave goes out (tens of ms each, more on a loaded machine).
-    policy = SimulatedPolicy(per_token_s=0.25, min_new_tokens=tokens)
+    # 12 tokens × 0.5 s: 6 s a request, long beside persisting the four groups a wave
+    # completes before the next wave goes out (tens of ms each; on a loaded machine the gap
+    # between the waves reached 1.1 s, which 3 s requests could not absorb).
+    policy = SimulatedPolicy(per_token_s=0.5, min_new_tokens=tokens)
     generation = GenerationSettings(
         temperature=1.0, max_turns=1, max_new_tokens=tokens, max_total_tokens=1024
     )
