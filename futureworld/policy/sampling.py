@@ -48,9 +48,17 @@ def gumbel_noise(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     x.bitwise_xor_(x >> 15)
     x.mul_(_MIX2).bitwise_and_(_MASK32)
     x.bitwise_xor_(x >> 15)
-    # 24 bits are exact in float32, and u stays strictly inside (0, 1).
-    u = (x >> 8).to(torch.float32).add_(0.5).mul_(1.0 / 16_777_216.0)
-    return u.log_().neg_().log_().neg_()
+    return uniform_from_bits(x).log_().neg_().log_().neg_()
+
+
+def uniform_from_bits(bits: torch.Tensor) -> torch.Tensor:
+    """u strictly inside (0, 1) in float32 from int64 hash values in [0, 2³²).
+
+    The top 23 bits pick one of 2²³ equal bins and u is the bin's midpoint, (j + ½)/2²³: every
+    midpoint is exact in float32 (24 significant bits), so the largest is 1 − 2⁻²⁴ < 1 and the
+    smallest 2⁻²⁴ > 0. With 24 bits the top midpoint 1 − 2⁻²⁵ would round to 1.0, −log(−log u)
+    would be +inf, and that token would be chosen whatever its probability."""
+    return (bits >> 9).to(torch.float32).add_(0.5).mul_(1.0 / 8_388_608.0)
 
 
 def nucleus(logp: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
