@@ -16,13 +16,12 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
-    Text,
     UniqueConstraint,
     text,
 )
 from sqlmodel import Field, SQLModel
 
-from storage.types import JSONType, UTCDateTime
+from storage.types import SafeJSON, SafeText, UTCDateTime
 
 
 def _utc(nullable: bool = False, index: bool = False) -> Any:
@@ -30,7 +29,7 @@ def _utc(nullable: bool = False, index: bool = False) -> Any:
 
 
 def _json() -> Any:
-    return Field(default_factory=dict, sa_column=Column(JSONType, nullable=False))
+    return Field(default_factory=dict, sa_column=Column(SafeJSON, nullable=False))
 
 
 def _blob() -> Any:
@@ -38,7 +37,12 @@ def _blob() -> Any:
 
 
 def _text() -> Any:
-    return Field(default="", sa_column=Column(Text(), nullable=False))
+    return Field(default="", sa_column=Column(SafeText(), nullable=False))
+
+
+def _str(default: Any = ..., **kwargs: Any) -> Any:
+    """A short text column (VARCHAR in the migrations): SafeText like every text column."""
+    return Field(default=default, sa_type=SafeText, **kwargs)
 
 
 class QuestionRow(SQLModel, table=True):
@@ -46,21 +50,21 @@ class QuestionRow(SQLModel, table=True):
     __table_args__ = (UniqueConstraint("source", "external_id", name="uq_question_source_ext"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    source: str = Field(index=True)
-    external_id: str
-    kind: str = "binary"
+    source: str = _str(index=True)
+    external_id: str = _str()
+    kind: str = _str("binary")
     title: str = _text()
     background: str = _text()
     resolution_criteria: str = _text()
-    url: str = ""
-    domain: str = Field(default="", index=True)
+    url: str = _str("")
+    domain: str = _str(default="", index=True)
     created_at: datetime = _utc()
     info_cutoff_at: datetime = _utc(index=True)
     close_at: datetime | None = _utc(nullable=True)
     resolve_by: datetime | None = _utc(nullable=True)
-    status: str = Field(default="open", index=True)
+    status: str = _str(default="open", index=True)
     crowd_probability: float | None = None
-    options: list[str] = Field(default_factory=list, sa_column=Column(JSONType, nullable=False))
+    options: list[str] = Field(default_factory=list, sa_column=Column(SafeJSON, nullable=False))
     extra: dict[str, Any] = _json()
     harvested_at: datetime = _utc()
 
@@ -75,9 +79,9 @@ class ArticleRow(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    feed: str = Field(index=True)
-    guid: str
-    link: str
+    feed: str = _str(index=True)
+    guid: str = _str()
+    link: str = _str()
     title: str = _text()
     summary: str = _text()
     body: str = _text()
@@ -85,7 +89,7 @@ class ArticleRow(SQLModel, table=True):
     fetched_at: datetime = _utc()
     visible_at: datetime = _utc()
     """From when a search may return it (storage.repositories.articles.visible_from)."""
-    flags: list[str] = Field(default_factory=list, sa_column=Column(JSONType, nullable=False))
+    flags: list[str] = Field(default_factory=list, sa_column=Column(SafeJSON, nullable=False))
 
 
 class FeedStateRow(SQLModel, table=True):
@@ -93,9 +97,9 @@ class FeedStateRow(SQLModel, table=True):
 
     __tablename__ = "feed_state"
 
-    url: str = Field(primary_key=True)
-    etag: str | None = None
-    last_modified: str | None = None
+    url: str = _str(primary_key=True)
+    etag: str | None = _str(None)
+    last_modified: str | None = _str(None)
     last_fetched_at: datetime | None = _utc(nullable=True)
 
 
@@ -106,7 +110,7 @@ class OutcomeRow(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     question_id: int = Field(foreign_key="question.id", index=True)
     revision: int
-    status: str
+    status: str = _str()
     value: float | None = None
     resolved_at: datetime = _utc()
     raw: dict[str, Any] = _json()
@@ -117,11 +121,11 @@ class AgentRow(SQLModel, table=True):
     __tablename__ = "agent"
 
     id: int | None = Field(default=None, primary_key=True)
-    name: str = Field(unique=True)
-    base_model: str
-    backend: str
-    base_url: str | None = None
-    served_model: str | None = None
+    name: str = _str(unique=True)
+    base_model: str = _str()
+    backend: str = _str()
+    base_url: str | None = _str(None)
+    served_model: str | None = _str(None)
     generation: dict[str, Any] = _json()
     created_at: datetime = _utc()
 
@@ -134,8 +138,8 @@ class PolicyVersionRow(SQLModel, table=True):
     agent_id: int = Field(foreign_key="agent.id", index=True)
     version: int
     parent_version: int | None = None
-    checkpoint_path: str
-    checkpoint_sha256: str = ""
+    checkpoint_path: str = _str()
+    checkpoint_sha256: str = _str("")
     training_run_id: int | None = None
     created_at: datetime = _utc()
 
@@ -150,11 +154,11 @@ class RolloutRow(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    idempotency_key: str = Field(unique=True)
+    idempotency_key: str = _str(unique=True)
     question_id: int = Field(foreign_key="question.id")
     agent_id: int = Field(foreign_key="agent.id", index=True)
     policy_version: int
-    group_id: str
+    group_id: str = _str()
     sample_index: int
     prompt_token_ids: bytes = _blob()
     completion_token_ids: bytes = _blob()
@@ -163,14 +167,14 @@ class RolloutRow(SQLModel, table=True):
     n_completion_tokens: int = 0
     p_yes: float | None = None
     choice: int | None = None
-    quantiles: list[float] = Field(default_factory=list, sa_column=Column(JSONType, nullable=False))
+    quantiles: list[float] = Field(default_factory=list, sa_column=Column(SafeJSON, nullable=False))
     probabilities: list[float] = Field(
         default_factory=list,
-        sa_column=Column(JSONType, nullable=False, server_default=text("'[]'")),
+        sa_column=Column(SafeJSON, nullable=False, server_default=text("'[]'")),
     )
     """Choice answers: P(option i) for every option (migration 0005); empty otherwise."""
-    parse_status: str
-    stop_reason: str
+    parse_status: str = _str()
+    stop_reason: str = _str()
     sampling: dict[str, Any] = _json()
     timings: dict[str, Any] = _json()
     as_of: datetime | None = _utc(nullable=True)
@@ -184,14 +188,14 @@ class TurnRow(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     rollout_id: int = Field(foreign_key="rollout.id", index=True)
     index: int
-    role: str
+    role: str = _str()
     text: str = _text()
     token_start: int = 0
     token_end: int = 0
-    tool_name: str | None = None
-    tool_args: str | None = None
+    tool_name: str | None = _str(None)
+    tool_args: str | None = _str(None)
     tool_result_ids: list[int] = Field(
-        default_factory=list, sa_column=Column(JSONType, nullable=False)
+        default_factory=list, sa_column=Column(SafeJSON, nullable=False)
     )
     belief: float | None = None
 
@@ -205,7 +209,7 @@ class RewardRow(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     rollout_id: int = Field(foreign_key="rollout.id")
     """Looked up through uq_reward_once, whose leading column it is."""
-    reward_fn: str
+    reward_fn: str = _str()
     outcome_revision: int
     """0 for a provisional (label-free) reward made before any outcome existed."""
     value: float
@@ -223,9 +227,9 @@ class TrainingRunRow(SQLModel, table=True):
     from_version: int
     to_version: int | None = None
     config: dict[str, Any] = _json()
-    status: str = "running"
+    status: str = _str("running")
     rollouts_consumed: int = 0
-    error: str | None = None
+    error: str | None = _str(None)
     started_at: datetime = _utc()
     finished_at: datetime | None = _utc(nullable=True)
 
@@ -277,7 +281,7 @@ class PredictionClaimRow(SQLModel, table=True):
     question_id: int = Field(foreign_key="question.id")
     agent_id: int = Field(foreign_key="agent.id")
     policy_version: int
-    worker: str
+    worker: str = _str()
     lease_expires_at: datetime = _utc()
 
 
@@ -287,11 +291,11 @@ class PipelineEventRow(SQLModel, table=True):
     __tablename__ = "pipeline_event"
 
     id: int | None = Field(default=None, primary_key=True)
-    run_key: str = Field(index=True)
-    stage: str
-    source: str = ""
-    level: str = "error"
-    kind: str
+    run_key: str = _str(index=True)
+    stage: str = _str()
+    source: str = _str("")
+    level: str = _str("error")
+    kind: str = _str()
     detail: str = _text()
     created_at: datetime = _utc()
 

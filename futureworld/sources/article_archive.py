@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import Any
 
 from futureworld.domain import Article, require_utc
+from futureworld.sources.base import ARTICLE_TEXT_FIELDS, fields_with_nul
 from futureworld.sources.publication_dates import implausible_date_reason
 from futureworld.sources.rss import canonical_link, is_web_link
 
@@ -195,6 +196,9 @@ def parse_article_archive(
             counts["duplicate"] += 1
             continue
         seen.add(article.guid)
+        if held := fields_with_nul(article, ARTICLE_TEXT_FIELDS):
+            counts["nul_replaced"] += 1
+            errors.append(f"{name} line {number}: {', '.join(held)}: NUL (U+0000) stored as U+FFFD")
         articles.append(article)
     counts["articles"] = len(articles)
     return ArchiveParse(articles=articles, errors=errors, counts=counts)

@@ -363,3 +363,12 @@ def clamp_probability(value: Any) -> float | None:
     if not math.isfinite(p):
         raise ValueError(f"probability {value!r} is not a finite number")
     return min(1.0, max(0.0, p))
+
+
+ARTICLE_TEXT_FIELDS = ("feed", "guid", "link", "title", "summary", "body")
+
+
+def fields_with_nul(item: Any, names: Iterable[str]) -> list[str]:
+    """The names among `names` whose text on `item` holds NUL (U+0000): the item is kept (the
+    store writes NUL as U+FFFD) and its source reports which fields held it."""
+    return [name for name in names if "\x00" in (getattr(item, name) or "")]

@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import feedparser
 
 from futureworld.domain import Article, utc_now
+from futureworld.sources.base import ARTICLE_TEXT_FIELDS, fields_with_nul
 from futureworld.sources.http import SourceClient, SourceError
 from futureworld.sources.publication_dates import IMPLAUSIBLE_DATE, implausible_date_reason
 
@@ -211,8 +212,15 @@ def parse_feed(
             counts["skipped_malformed"] += 1
             errors.append(f"{feed_url}: entry {number} is malformed: {type(exc).__name__}: {exc}")
             continue
-        if article is not None:
-            articles.append(article)
+        if article is None:
+            continue
+        if held := fields_with_nul(article, ARTICLE_TEXT_FIELDS):
+            counts["nul_replaced"] += 1
+            errors.append(
+                f"{feed_url}: entry {number} ({article.link}): NUL (U+0000) in "
+                f"{', '.join(held)}, stored as U+FFFD"
+            )
+        articles.append(article)
     counts["articles"] = len(articles)
     return articles, counts, errors
 

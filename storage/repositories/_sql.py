@@ -1,6 +1,6 @@
 """The SQL the repositories share: the dialect's INSERT … ON CONFLICT (Postgres and SQLite
-both support the clause), the chunked insert of rows not stored yet, and `column IN ids` as
-one parameter."""
+both support the clause), the chunked insert of rows not stored yet, COPY on Postgres through
+the columns' own types, and `column IN ids` as one parameter."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from sqlalchemy import ColumnElement, Integer, Row, any_, bindparam
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
+
+from storage.types import copy_value
 
 T = TypeVar("T")
 
@@ -60,3 +62,29 @@ def among(session: Session, column: Any, ids: Sequence[int]) -> ColumnElement[bo
     if dialect(session) == "postgresql":
         return column == any_(bindparam("ids", list(ids), type_=ARRAY(Integer)))
     return column.in_(list(ids))
+
+
+def copy_rows(
+    session: Session,
+    table: Any,
+    columns: Sequence[str],
+    rows: Sequence[dict[str, Any]],
+    *,
+    into: str | None = None,
+) -> int:
+    """COPY `rows` (column → value) into `table` (a sqlalchemy Table) on Postgres, or into the
+    table named `into` shaped like it. Every value goes through its column's type first, as an
+    INSERT would bind it, so COPY stores NUL, JSON and datetimes exactly as the ORM does.
+    Returns the number of rows copied."""
+    types = [table.c[c].type for c in columns]
+    pg = session.get_bind().dialect
+    raw = session.connection().connection.driver_connection
+    column_list = ", ".join(f'"{c}"' for c in columns)
+    target = into or table.name
+    with raw.cursor() as cursor:
+        with cursor.copy(f"COPY {target} ({column_list}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(
+                    [copy_value(t, row[c], pg) for t, c in zip(types, columns, strict=True)]
+                )
+        return cursor.rowcount

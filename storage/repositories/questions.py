@@ -31,7 +31,6 @@ from futureworld.domain import (
     utc_now,
 )
 from storage.repositories._sql import insert_new
-from storage.repositories.rollouts import text_safe
 from storage.tables import OutcomeRow, QuestionRow
 
 
@@ -68,9 +67,9 @@ def _question_values(question: Question, now: datetime) -> dict[str, Any]:
         "source": question.source,
         "external_id": question.external_id,
         "kind": str(question.kind),
-        "title": text_safe(question.title),  # Postgres text refuses NUL: U+FFFD instead
-        "background": text_safe(question.background),
-        "resolution_criteria": text_safe(question.resolution_criteria),
+        "title": question.title,
+        "background": question.background,
+        "resolution_criteria": question.resolution_criteria,
         "url": question.url,
         "domain": question.domain,
         "created_at": question.created_at,

@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from futureworld.domain import Outcome, Reward, Trajectory
-from storage.repositories._sql import among, dialect, insert_new
+from storage.repositories._sql import among, copy_rows, dialect, insert_new
 from storage.repositories.questions import current_outcomes, outcome_from_row
 from storage.repositories.rollouts import trajectory_from_row
 from storage.tables import OutcomeRow, RewardRow, RolloutRow
@@ -139,24 +139,9 @@ def insert_rewards(session: Session, rewards: Sequence[Reward]) -> int:
 
 
 def _copy_rewards(session: Session, rewards: Sequence[Reward]) -> int:
-    raw = session.connection().connection.driver_connection
-    columns = ", ".join(f'"{c}"' for c in _REWARD_COLUMNS)
-    with raw.cursor() as cursor:
-        with cursor.copy(f"COPY reward ({columns}) FROM STDIN") as copy:
-            for r in rewards:
-                copy.write_row(
-                    (
-                        r.rollout_id,
-                        r.reward_fn,
-                        r.outcome_revision,
-                        r.value,
-                        json.dumps(r.components),
-                        r.voided,
-                        r.provisional,
-                        r.created_at,
-                    )
-                )
-        return cursor.rowcount
+    return copy_rows(
+        session, RewardRow.__table__, _REWARD_COLUMNS, [_reward_values(r) for r in rewards]
+    )
 
 
 def current_rewards(

@@ -2,13 +2,11 @@
 and the count of a question's failed prediction attempts (pipeline events of the predict
 stage). The predict-time claims live in storage.repositories.claims.
 
-Turn text is decoded from tokens, so it may hold any character, NUL included, which
-Postgres text columns refuse: NUL is stored as U+FFFD in turn text and tool arguments (the
-token ids stay the truth; SQLite stores the same, so both databases read back alike)."""
+Turn text is decoded from tokens, so it may hold any character, NUL included: the text
+columns store NUL as U+FFFD (storage.types.SafeText; the token ids stay the truth)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from futureworld.domain import ParseStatus, StopReason, Trajectory, Turn
 from storage import codec
-from storage.repositories._sql import dialect, insert, insert_new
+from storage.repositories._sql import copy_rows, dialect, insert, insert_new
 from storage.tables import (
     PipelineEventRow,
     RolloutRow,
@@ -98,21 +96,16 @@ def _rollout_values(t: Trajectory) -> dict[str, Any]:
     }
 
 
-def text_safe(value: str | None) -> str | None:
-    """Text as a Postgres text column takes it: NUL replaced by U+FFFD."""
-    return None if value is None else value.replace("\x00", "\ufffd")
-
-
 def _turn_values(rollout_id: int, turn: Turn) -> dict[str, Any]:
     return {
         "rollout_id": rollout_id,
         "index": turn.index,
         "role": turn.role,
-        "text": text_safe(turn.text),
+        "text": turn.text,
         "token_start": turn.token_start,
         "token_end": turn.token_end,
         "tool_name": turn.tool_name,
-        "tool_args": text_safe(turn.tool_args),
+        "tool_args": turn.tool_args,
         "tool_result_ids": list(turn.tool_result_ids),
         "belief": turn.belief,
     }
@@ -143,7 +136,7 @@ def insert_rollouts(session: Session, trajectories: Sequence[Trajectory]) -> int
     ]
     if turns:
         if dialect(session) == "postgresql":
-            _copy_rows(session, "turn", _TURN_COLUMNS, turns)
+            copy_rows(session, TurnRow.__table__, _TURN_COLUMNS, turns)
         else:
             session.execute(insert(session, TurnRow), turns)
     return len(inserted)
@@ -165,7 +158,7 @@ def _copy_rollouts(session: Session, trajectories: Sequence[Trajectory]) -> dict
     values = [_rollout_values(t) for t in fresh]
     try:
         with session.begin_nested():
-            _copy_rows(session, "rollout", _ROLLOUT_COLUMNS, values)
+            copy_rows(session, RolloutRow.__table__, _ROLLOUT_COLUMNS, values)
     except (IntegrityError, UniqueViolation):
         return _copy_rollouts_staged(session, values)
     rows = session.execute(
@@ -185,7 +178,7 @@ def _copy_rollouts_staged(session: Session, values: Sequence[dict[str, Any]]) ->
         )
     )
     connection.execute(text("TRUNCATE rollout_stage"))
-    _copy_rows(session, "rollout_stage", _ROLLOUT_COLUMNS, values)
+    copy_rows(session, RolloutRow.__table__, _ROLLOUT_COLUMNS, values, into="rollout_stage")
     columns = ", ".join(f'"{c}"' for c in _ROLLOUT_COLUMNS)
     rows = connection.execute(
         text(
@@ -195,21 +188,6 @@ def _copy_rollouts_staged(session: Session, values: Sequence[dict[str, Any]]) ->
     ).all()
     connection.execute(text("TRUNCATE rollout_stage"))
     return {key: rid for rid, key in rows}
-
-
-def _copy_rows(
-    session: Session, table: str, columns: Sequence[str], rows: Sequence[dict[str, Any]]
-) -> None:
-    raw = session.connection().connection.driver_connection
-    column_list = ", ".join(f'"{c}"' for c in columns)
-    with raw.cursor() as cursor, cursor.copy(f"COPY {table} ({column_list}) FROM STDIN") as copy:
-        for row in rows:
-            copy.write_row(
-                [
-                    json.dumps(v) if isinstance(v, dict | list) else v
-                    for v in (row[c] for c in columns)
-                ]
-            )
 
 
 def trajectory_from_row(row: RolloutRow, turns: Sequence[TurnRow] = ()) -> Trajectory:

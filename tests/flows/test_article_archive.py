@@ -241,3 +241,47 @@ def test_a_back_dated_harvested_article_is_invisible_before_it_was_fetched(
 
 def test_the_store_and_the_sources_name_the_implausible_date_flag_alike() -> None:
     assert STORE_FLAG == publication_dates.IMPLAUSIBLE_DATE
+
+
+def test_nul_in_a_feed_item_or_an_archive_row_is_stored_as_u_fffd_and_reported(
+    engine, tmp_path
+) -> None:
+    """Over real HTTP and from a file, on Postgres (whose text refuses NUL) and SQLite: an RSS
+    item with `&#0;` or a raw 0x00 byte, and an archive row with NUL, are stored with U+FFFD and
+    reported; the good feed and rows of the same run are stored too."""
+    escaped = _item("nul-escaped", "Storm&#0;front nears coast", "Sun, 01 Mar 2026 06:00:00 GMT")
+    raw = _item("nul-raw", "Storm\x00surge warning", "Sun, 01 Mar 2026 06:30:00 GMT")
+    good = _item("calm", "Storm passes harmlessly", "Sun, 01 Mar 2026 07:00:00 GMT")
+    server = ScriptedServer()
+    try:
+        server.route("/nul", [Reply(200, _rss(escaped + raw), RSS_TYPE)])
+        server.route("/good", [Reply(200, _rss(good), RSS_TYPE)])
+        ctx = make_context(engine, tmp_path, as_of=NOW, http_max_retries=0)
+        report = harvest(
+            ctx, sources=[], feeds=[server.base_url + "/nul", server.base_url + "/good"]
+        )
+        again = harvest(
+            ctx, sources=[], feeds=[server.base_url + "/nul", server.base_url + "/good"]
+        )
+    finally:
+        server.close()
+    assert report.articles_new == 3 and again.articles_new == 0
+    nul_lines = [e for e in report.errors if "NUL (U+0000)" in e]
+    assert len(nul_lines) == 2, report.errors
+    assert all("title" in line and server.base_url + "/nul" in line for line in nul_lines)
+    stored = _stored(engine)
+    assert stored["https://wire.example/nul-escaped"].title == "Storm\ufffdfront nears coast"
+    assert stored["https://wire.example/nul-raw"].title == "Storm\ufffdsurge warning"
+    assert stored["https://wire.example/calm"].title == "Storm passes harmlessly"
+
+    archive = tmp_path / "nul.jsonl"
+    rows = [
+        {**GOOD_ROWS[0], "body": "The glacier\x00dam gave way."},
+        GOOD_ROWS[1],
+    ]
+    archive.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    imported = import_articles(ctx, archive)
+    assert (imported.rows, imported.inserted) == (2, 2)
+    assert imported.errors == [f"{archive} line 1: body: NUL (U+0000) stored as U+FFFD"]
+    assert _stored(engine)["https://news.example/glacier"].body == "The glacier\ufffddam gave way."
+    assert ArticleCorpus(engine).search("glacier dam", NOW, k=5)
