@@ -255,7 +255,8 @@ def run(args: argparse.Namespace, url: str, data_dir: Path) -> None:
             engine, questions, repeats=3, statements=(REFERENCE, LOG_SCORE)
         )
         ref, ref_new_rows = _reference(engine, questions, repeats=3)
-        seconds, second = _timed(lambda: backfill_rewards(ctx))
+        day = ctx.at(T0 + timedelta(days=3 + n))  # as of the day its outcomes resolved
+        seconds, second = _timed(lambda day=day: backfill_rewards(day))
         _check_against_reference(engine, ref_new_rows)
         new_s.append(seconds)
         ref_new_s.append(ref)
@@ -265,7 +266,7 @@ def run(args: argparse.Namespace, url: str, data_dir: Path) -> None:
             f"new outcomes {n + 1}/{len(new)}: backfill {seconds:.3f} s, raw Brier {ref:.3f} s "
             f"({seconds / ref:.2f}×), raw both {both:.3f} s"
         )
-    again_s, third = _timed(lambda: backfill_rewards(ctx))
+    again_s, third = _timed(lambda: backfill_rewards(ctx.at(T0 + timedelta(days=3 + len(new)))))
     with session_scope(engine) as session:
         scan_s, missing = _timed(
             lambda: rollouts_missing_rewards(session, reward_functions_by_kind())

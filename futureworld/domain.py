@@ -530,6 +530,9 @@ class Reward:
     provisional: bool = False
     """A label-free stand-in reward (siop) computed before the outcome exists."""
     created_at: datetime = field(default_factory=utc_now)
+    """Wall-clock time of the write."""
+    made_at: datetime | None = None
+    """The pipeline's instant of the write (the run's as-of: in a backtest, simulated time)."""
     id: int | None = None
 
 
@@ -569,7 +572,10 @@ class TrainingRun:
     status: str = "running"
     rollouts_consumed: int = 0
     started_at: datetime = field(default_factory=utc_now)
+    """Wall-clock start."""
     finished_at: datetime | None = None
+    made_at: datetime | None = None
+    """The pipeline's instant of the run (its as-of: in a backtest, simulated time)."""
     id: int | None = None
 
 

@@ -217,6 +217,8 @@ class RewardRow(SQLModel, table=True):
     voided: bool = False
     provisional: bool = False
     created_at: datetime = _utc()
+    made_at: datetime | None = _utc(nullable=True)
+    """The run's as-of when written (migration 0007); created_at is the wall clock."""
 
 
 class TrainingRunRow(SQLModel, table=True):
@@ -232,6 +234,8 @@ class TrainingRunRow(SQLModel, table=True):
     error: str | None = _str(None)
     started_at: datetime = _utc()
     finished_at: datetime | None = _utc(nullable=True)
+    made_at: datetime | None = _utc(nullable=True)
+    """The run's as-of (migration 0007); started_at is the wall clock."""
 
 
 class TrainStepRow(SQLModel, table=True):

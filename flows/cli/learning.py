@@ -203,9 +203,9 @@ def evaluate_command(
     as_of: AsOfOption = None,
     db: DbOption = None,
 ) -> None:
-    """Score every agent and policy version, per source and overall (with --as-of: only the
-    forecasts made and outcomes resolved by then), one table per question kind (binary,
-    choice, numeric), with ForecastBench's headline numbers on imported ForecastBench
+    """Score every agent and policy version, per source and overall, as of --as-of (default:
+    now; only the forecasts made and outcomes resolved by then), one table per question kind
+    (binary, choice, numeric), with ForecastBench's headline numbers on imported ForecastBench
     questions. --json writes the rows of each kind: "rows" (binary), "choice_rows",
     "numeric_rows"."""
     from flows.stages.evaluating import evaluate
@@ -221,7 +221,7 @@ def evaluate_command(
     with cli_context(db, as_of) as ctx:
         for name in agent or ():
             require_agent(ctx, name)
-        evaluation = evaluate(ctx, agent, as_of=None if as_of is None else ctx.as_of)
+        evaluation = evaluate(ctx, agent)
     console.print(score_table(evaluation.rows))
     for title, kind_rows in (
         ("choice questions", evaluation.choice_rows),

@@ -235,7 +235,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     def round_of(at: datetime) -> int:
         return (at.date() - start_day).days
 
-    metrics = round_metrics(ctx, LEARNER, panels, round_of=round_of)
+    metrics = round_metrics(ctx.at(clock.now()), LEARNER, panels, round_of=round_of)
     header = (
         f"# FutureWorld demo\n\nseed {config.seed}; {config.rounds} rounds; "
         f"{config.questions_per_day} questions/day, G = {config.samples}, horizons 1–"

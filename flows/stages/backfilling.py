@@ -21,8 +21,9 @@ reported in `errors` and as a pipeline event; its rollouts stay queued and the r
 batch goes on.
 Each batch of rollouts is its own transaction, so a crash keeps what was scored;
 a transient database error retries the batch's write of the rewards already computed.
-With `revealed_by` (a backtest's clock) only outcomes resolved by then are scored or voided;
-the rest stay queued for a later day.
+Only outcomes revealed by the context's as-of (resolved_at <= ctx.as_of: live, now; in a
+backtest or a past-dated run, its clock) are scored or voided; the rest stay queued for a later
+day. Every entrance reaches backfill through its context, so none can score its future.
 """
 
 from __future__ import annotations
@@ -84,12 +85,11 @@ DATABASE_BATCH_ROLLOUTS = 50_000
 second of work, where every statement also pays for finding its batch in the queue."""
 
 
-def backfill_rewards(
-    ctx: PipelineContext, *, batch_size: int | None = None, revealed_by: datetime | None = None
-) -> BackfillReport:
+def backfill_rewards(ctx: PipelineContext, *, batch_size: int | None = None) -> BackfillReport:
     """Score every queued rollout whose question has an outcome revision it lacks rewards
     for, with every reward function that applies to its kind; void the rewards of annulled
     questions. `batch_size` (rollouts a transaction) overrides both paths' defaults."""
+    revealed_by = ctx.as_of
     applicable = reward_functions_by_kind()
     report = BackfillReport()
     problems = Problems(ctx.run_key, "backfill")
@@ -117,7 +117,7 @@ def _score_in_python(
     ctx: PipelineContext,
     applicable: ApplicableRewards,
     batch_size: int,
-    revealed_by: datetime | None,
+    revealed_by: datetime,
     report: BackfillReport,
     problems: Problems,
 ) -> None:
@@ -144,7 +144,7 @@ def _score_in_python(
         # Read, score in memory, write: a transient error retries the write of the same
         # rewards (kept in memory), and the reward key makes the write exactly once.
         outcomes, answers = run_transaction(engine, read, what="backfill: read chunk")
-        rewards, scored = _score(chunk, questions, outcomes, answers, problems)
+        rewards, scored = _score(chunk, questions, outcomes, answers, problems, revealed_by)
 
         def write(
             session: Session, rewards: list[Reward] = rewards, scored: list[PendingScore] = scored
@@ -168,7 +168,7 @@ def _scored_in_database(dialect: str) -> bool:
 def _score_binary_in_database(
     ctx: PipelineContext,
     batch_size: int,
-    revealed_by: datetime | None,
+    revealed_by: datetime,
     report: BackfillReport,
     problems: Problems,
 ) -> int:
@@ -196,6 +196,7 @@ def _score_binary_in_database(
                 after=after,
                 limit=batch_size,
                 as_of=revealed_by,
+                made_at=revealed_by,
             )
 
         batch = run_transaction(ctx.engine, score, what="backfill: binary rewards")
@@ -224,6 +225,7 @@ def _score(
     outcomes: dict[tuple[int, int], Outcome],
     answers: dict[int, Trajectory],
     problems: Problems,
+    made_at: datetime,
 ) -> tuple[list[Reward], list[PendingScore]]:
     """Every applicable reward of the chunk's rollouts, question by question; a question
     whose scoring fails is reported and left out whole. Returns the rewards and the pending
@@ -246,6 +248,7 @@ def _score(
                     value=value.value,
                     components=value.components,
                     created_at=now,
+                    made_at=made_at,
                 )
                 for item in items
                 for fn in fns

@@ -121,11 +121,11 @@ def run_backtest(
     made: dict[int, set[int]] = {}
     for index, clock in enumerate(options.clocks()):
         day = ctx.at(clock)
-        backfilled = backfill_rewards(day, revealed_by=clock)
+        backfilled = backfill_rewards(day)
         trained = None
         trains = options.train_every > 0 and index % options.train_every == 0
         if trains and agent.backend.generates:
-            trained = replay_and_train(day, agent.name, options.train, revealed_by=clock)
+            trained = replay_and_train(day, agent.name, options.train)
         before = _rollout_ids(ctx, agent.id)
         report = predict(day, agent.name, samples=options.samples, limit=options.limit)
         if options.reference != agent.name:

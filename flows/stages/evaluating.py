@@ -59,19 +59,17 @@ class Evaluation:
     numeric_rows: list[NumericScoreRow] = field(default_factory=list)
 
 
-def _made_by(forecast_as_of: datetime | None, as_of: datetime | None) -> bool:
-    return as_of is None or (forecast_as_of is not None and forecast_as_of <= as_of)
+def _made_by(forecast_as_of: datetime | None, as_of: datetime) -> bool:
+    return forecast_as_of is not None and forecast_as_of <= as_of
 
 
 def forecast_records(
-    ctx: PipelineContext,
-    agent_names: Sequence[str] | None = None,
-    *,
-    as_of: datetime | None = None,
+    ctx: PipelineContext, agent_names: Sequence[str] | None = None
 ) -> list[ForecastRecord]:
-    """One record per parsed binary rollout whose question has a current resolved outcome
-    (made and revealed by `as_of` when given), oldest first per agent; each carries the
-    instant it was forecast at (`as_of`)."""
+    """One record per parsed binary rollout made by `ctx.as_of` whose question has a current
+    resolved outcome revealed by then, oldest first per agent; each carries the instant it
+    was forecast at (`as_of`)."""
+    as_of = ctx.as_of
     wanted = None if not agent_names else set(agent_names)
     with session_scope(ctx.engine) as session:
         agents = [a for a in list_agents(session) if wanted is None or a.name in wanted]
@@ -106,13 +104,12 @@ def forecast_records(
 
 
 def kind_records(
-    ctx: PipelineContext,
-    agent_names: Sequence[str] | None = None,
-    *,
-    as_of: datetime | None = None,
+    ctx: PipelineContext, agent_names: Sequence[str] | None = None
 ) -> tuple[list[ChoiceForecastRecord], list[NumericForecastRecord]]:
-    """One record per parsed choice or numeric rollout whose question has a current resolved
-    outcome, oldest first per agent (numeric ones on their question's unit axis)."""
+    """One record per parsed choice or numeric rollout made by `ctx.as_of` whose question has
+    a current resolved outcome revealed by then, oldest first per agent (numeric ones on their
+    question's unit axis)."""
+    as_of = ctx.as_of
     wanted = None if not agent_names else set(agent_names)
     choice: list[ChoiceForecastRecord] = []
     numeric: list[NumericForecastRecord] = []
@@ -158,16 +155,11 @@ def _kind_record(
     return numeric_record(question, answer.quantiles, outcome.value, **common)
 
 
-def evaluate(
-    ctx: PipelineContext,
-    agent_names: Sequence[str] | None = None,
-    *,
-    as_of: datetime | None = None,
-) -> Evaluation:
+def evaluate(ctx: PipelineContext, agent_names: Sequence[str] | None = None) -> Evaluation:
     """Score every agent and policy version side by side, per source and overall, with one
-    table per question kind; with `as_of`, as that instant could have known."""
-    records = forecast_records(ctx, agent_names, as_of=as_of)
-    choice, numeric = kind_records(ctx, agent_names, as_of=as_of)
+    table per question kind, as `ctx.as_of` could have known."""
+    records = forecast_records(ctx, agent_names)
+    choice, numeric = kind_records(ctx, agent_names)
     return Evaluation(
         records=records,
         rows=score_forecasts(records),

@@ -23,7 +23,7 @@ is named in `errors` and the rest go on. The stage is idempotent.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
@@ -99,6 +99,7 @@ def write_provisional_rewards(
             continue
         rewards.extend(made)
         report.without_consensus += missing
+    rewards = [replace(r, made_at=ctx.as_of) for r in rewards]
     with session_scope(ctx.engine) as session:
         report.rewards_written = insert_rewards(session, rewards)
     return report

@@ -26,7 +26,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -201,7 +200,12 @@ def _run_update(
         engine,
         lambda session: start_training_run(
             session,
-            TrainingRun(agent_id=agent.id, from_version=parent.version, config=run_config),
+            TrainingRun(
+                agent_id=agent.id,
+                from_version=parent.version,
+                config=run_config,
+                made_at=ctx.as_of,
+            ),
         ),
         what="train: start run",
     )
@@ -282,10 +286,9 @@ def replay_and_train(
     options: TrainOptions,
     *,
     resume_from: Path | None = None,
-    revealed_by: datetime | None = None,
 ) -> TrainReport | None:
-    """Train `agent_name`'s newest policy on its completed, unconsumed groups (oldest first).
-    With `revealed_by` (a backtest's clock), only outcomes resolved by then are trained on.
+    """Train `agent_name`'s newest policy on its completed, unconsumed groups (oldest first),
+    on outcomes revealed by `ctx.as_of` only (a past-dated run never trains on its future).
 
     Returns None, changing nothing, when fewer than `options.min_groups` groups are ready.
     The AdamW state of the newest version carries over when it was an RL update of the same
@@ -308,7 +311,7 @@ def replay_and_train(
                 current_version=parent.version,
                 max_groups=options.max_groups,
                 reuse=options.reuse,
-                as_of=revealed_by,
+                as_of=ctx.as_of,
             )
             for reward_fn in options.rewards
         ]
@@ -321,7 +324,7 @@ def replay_and_train(
                 agent.id,
                 reward_fns=[str(fn) for fn in options.rewards],
                 current_version=parent.version,
-                as_of=revealed_by or ctx.as_of,
+                as_of=ctx.as_of,
                 max_groups=options.max_groups,
                 reuse=options.reuse,
             )

@@ -81,8 +81,9 @@ scorable AS (
 inserted AS (
     INSERT INTO reward
         (rollout_id, reward_fn, outcome_revision, value, components, voided, provisional,
-         created_at)
-    SELECT o.rollout_id, f.fn, o.revision, {{value}}, {{components}}, false, false, :now
+         created_at, made_at)
+    SELECT o.rollout_id, f.fn, o.revision, {{value}}, {{components}}, false, false, :now,
+           :made_at
     FROM scorable o
     JOIN rollout r ON r.id = o.rollout_id
     CROSS JOIN unnest(CAST(:fns AS text[])) AS f(fn)
@@ -163,12 +164,14 @@ def score_queued_binary_rewards(
     after: int = 0,
     limit: int = 50_000,
     as_of: datetime | None = None,
+    made_at: datetime | None = None,
 ) -> BinaryBatch:
     """Score the binary questions' rollouts among the next `limit` workable queued rollouts
     (rollout id > `after`) in Postgres with `BINARY_REWARD_SQL` and settle their queue rows,
     in one statement (`constants`: unparseable, log_unparseable, clip_low, clip_high). A
     rollout whose outcome is not 0 or 1 stays queued and is returned among the unscorable
-    outcomes. With `as_of` only outcome revisions resolved by then count."""
+    outcomes. With `as_of` only outcome revisions resolved by then count. `now` is the wall
+    clock of the write (created_at), `made_at` the pipeline's instant (the run's as-of)."""
     workable = {"revealed": "" if as_of is None else _REVEALED}
     params: dict[str, object] = {
         "after": after,
@@ -178,6 +181,7 @@ def score_queued_binary_rewards(
         "annulled": str(OutcomeStatus.ANNULLED),
         "as_of": as_of,
         "now": now,
+        "made_at": made_at,
         "fns": list(reward_fns),
         **constants,
     }

@@ -61,6 +61,7 @@ _REWARD_COLUMNS = (
     "voided",
     "provisional",
     "created_at",
+    "made_at",
 )
 
 
@@ -112,6 +113,7 @@ def _reward_values(reward: Reward) -> dict[str, Any]:
         "voided": reward.voided,
         "provisional": reward.provisional,
         "created_at": reward.created_at,
+        "made_at": reward.made_at,
     }
 
 
@@ -177,6 +179,7 @@ def current_rewards(
             voided=row.voided,
             provisional=row.provisional,
             created_at=row.created_at,
+            made_at=row.made_at,
         )
         for row in session.scalars(statement)
     }

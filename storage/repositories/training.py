@@ -148,6 +148,7 @@ def start_training_run(session: Session, run: TrainingRun) -> TrainingRun:
         config=run.config,
         status="running",
         started_at=run.started_at,
+        made_at=run.made_at,
     )
     session.add(row)
     session.flush()

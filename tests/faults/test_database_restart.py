@@ -27,7 +27,13 @@ from storage.repositories.agents import ensure_agent, get_agent, latest_policy_v
 from storage.repositories.questions import upsert_questions
 from storage.tables import BackfillQueueRow, RewardRow, TrainingRunRow
 from tests.faults.conftest import ThrowawayPostgres, invariants
-from tests.flows.conftest import CUTOFF, GENERATION, make_context, resolve_every_question
+from tests.flows.conftest import (
+    CUTOFF,
+    GENERATION,
+    RESOLVED_AT,
+    make_context,
+    resolve_every_question,
+)
 
 QUESTIONS = 3
 G = 3
@@ -111,6 +117,7 @@ def test_predict_backfill_and_train_survive_a_server_crash_exactly_once(
     assert (state.rollouts, state.duplicate_rollouts, state.held_claims) == (QUESTIONS * G, 0, 0)
 
     resolve_every_question(engine)
+    ctx = ctx.at(RESOLVED_AT)
 
     # backfill: the server dies inside the transaction, as the statement that writes the
     # rewards and settles the queue is sent.

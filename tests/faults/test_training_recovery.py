@@ -21,7 +21,7 @@ from storage.repositories.agents import get_agent
 from storage.repositories.training import start_training_run, training_run_statuses
 from storage.tables import TrainingRunRow
 from tests.faults.conftest import invariants
-from tests.flows.conftest import make_context
+from tests.flows.conftest import RESOLVED_AT, make_context
 
 DAY_S = 86_400
 
@@ -67,7 +67,7 @@ def test_a_dead_run_is_failed_and_old_crash_checkpoints_removed_at_the_next_star
     for path in old:
         os.utime(path, (two_days_ago, two_days_ago))
 
-    ctx = make_context(engine, tmp_path)
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     report = replay_and_train(ctx, "tiny", TrainOptions(learning_rate=1e-3))
 
     assert report is not None and report.to_version == 1

@@ -16,6 +16,8 @@ from flows.settings import Settings
 from futureworld.domain import GenerationSettings
 
 CUTOFF = datetime(2026, 5, 1, tzinfo=UTC)
+RESOLVED_AT = CUTOFF + timedelta(days=3)
+"""When `resolve_every_question` resolves the questions."""
 GENERATION = GenerationSettings(
     temperature=1.0, max_turns=1, max_new_tokens=12, max_total_tokens=512
 )
@@ -84,12 +86,13 @@ def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
         )
     predict(ctx, "tiny", samples=3)
     resolve_every_question(engine)
-    backfill_rewards(ctx)
+    backfill_rewards(ctx.at(RESOLVED_AT))
     engine.dispose()
 
 
 def resolve_every_question(engine: Engine) -> None:
-    """Resolve every stored question, alternately NO and YES, three days after CUTOFF."""
+    """Resolve every stored question, alternately NO and YES, at RESOLVED_AT (three days
+    after CUTOFF): a stage sees these outcomes only in a context as of then or later."""
     from futureworld.domain import Outcome, OutcomeStatus
     from storage.engine import session_scope
     from storage.repositories.questions import list_questions, record_outcomes
@@ -103,7 +106,7 @@ def resolve_every_question(engine: Engine) -> None:
                     revision=0,
                     status=OutcomeStatus.RESOLVED,
                     value=float(i % 2),
-                    resolved_at=CUTOFF + timedelta(days=3),
+                    resolved_at=RESOLVED_AT,
                 )
                 for i, q in enumerate(list_questions(session))
             ],

@@ -113,7 +113,7 @@ def test_evaluate_scores_numeric_rollouts_on_the_unit_axis(engine, tmp_path) -> 
                 ),
             ],
         )
-    evaluation = evaluate(make_context(engine, tmp_path))
+    evaluation = evaluate(make_context(engine, tmp_path, as_of=CUTOFF + timedelta(days=2)))
     assert evaluation.rows == [] and evaluation.choice_rows == []
     assert len(evaluation.numeric_records) == 2  # parsed answers to the resolved question
     pooled = [r for r in evaluation.numeric_rows if r.source is None]

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from flows.cli import app
-from flows.context import run_key_for
+from flows.context import open_context, run_key_for
 from flows.orchestration.artifacts import (
     CYCLE_SUMMARY_KEY,
     RELIABILITY_KEY,
@@ -32,14 +32,15 @@ from flows.orchestration.pipeline import (
     evaluate_flow,
 )
 from flows.settings import DAILY_CRON, parse_as_of
+from flows.stages.resolving import resolve
 from futureworld.domain import Agent, Question
 from futureworld.world import SimClock, World, WorldConfig, serve_world
 from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import upsert_questions
 from storage.repositories.rollouts import count_rollouts
-from storage.tables import OutcomeRow, QuestionRow, RewardRow, RolloutRow
-from tests.flows.conftest import CUTOFF
+from storage.tables import OutcomeRow, QuestionRow, RewardRow, RolloutRow, TrainingRunRow
+from tests.flows.conftest import CUTOFF, RESOLVED_AT
 
 TRAIN = DAILY_TRAIN.model_copy(update={"min_groups": 3})
 
@@ -139,6 +140,96 @@ def test_daily_cycle_runs_the_loop_and_reports_a_failing_source(
     rows = evaluate_flow(as_of=clock.now().isoformat())
     uniform = next(r for r in rows if r["agent"] == "uniform" and r["source"] is None)
     assert uniform["brier"] == 0.25 and uniform["n"] == posed
+
+
+def _rewarded_questions(engine) -> list[int]:
+    with session_scope(engine) as session:
+        return list(
+            session.scalars(
+                select(RolloutRow.question_id).join(
+                    RewardRow, RewardRow.rollout_id == RolloutRow.id
+                )
+            )
+        )
+
+
+def test_a_past_dated_cycle_and_evaluate_score_and_reward_nothing_from_their_future(
+    prefect_harness, engine, db_url: str, tmp_path, monkeypatch
+) -> None:
+    """The database already holds outcomes revealed after the run's as-of (recorded on day 11):
+    a cycle as of day 6 and the evaluate deployment as of day 6 score and reward only those
+    revealed by then; a cycle as of day 11 scores the rest, which waited in the queue."""
+    world = World(WorldConfig(seed=5, questions_per_day=5, cancel_rate=0.0))
+    clock = SimClock(world.day_start(2) + timedelta(hours=12))
+    with session_scope(engine) as session:
+        for name in ("crowd", "uniform"):
+            ensure_agent(session, Agent(name=name, base_model=name, backend="baseline"))
+    with serve_world(world, clock) as server:
+        monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+        monkeypatch.setenv("FW_DB_URL", db_url)
+        monkeypatch.setenv("FW_MANIFOLD_BASE_URL", server.manifold_base_url)
+        monkeypatch.setenv("FW_HTTP_MAX_RETRIES", "0")
+        params = dict(sources=["manifold"], feeds=[], samples=1)
+        daily_cycle_flow(as_of=clock.now().isoformat(), **params)
+        past = clock.now() + timedelta(days=4)
+        clock.advance(days=9)
+        with open_context(as_of=clock.now()) as ctx:  # the outcomes known by day 11, stored
+            resolve(ctx)
+        stages = {s.stage: s for s in daily_cycle_flow(as_of=past.isoformat(), **params)}
+        rows = evaluate_flow(as_of=past.isoformat())
+        with session_scope(engine) as session:
+            resolved_at = dict(
+                session.execute(select(OutcomeRow.question_id, OutcomeRow.resolved_at)).all()
+            )
+            made = list(
+                session.execute(
+                    select(RolloutRow.question_id, RolloutRow.as_of).where(RolloutRow.as_of <= past)
+                )
+            )
+        revealed = {q for q, at in resolved_at.items() if at <= past}
+        assert revealed and set(resolved_at) - revealed, "the fixture needs outcomes either side"
+        rewarded = _rewarded_questions(engine)
+        assert rewarded and set(rewarded) <= revealed
+        assert stages["backfill"].counts["rewards_inserted"] == len(rewarded)
+        with session_scope(engine) as session:  # written in the run's time, not the wall's
+            assert set(session.scalars(select(RewardRow.made_at))) == {past}
+        scored = [q for q, _ in made if q in revealed]
+        assert stages["evaluate"].counts["forecasts_scored"] == len(scored)
+        overall = {r["agent"]: r["n"] for r in rows if r["source"] is None}
+        assert sum(overall.values()) == len(scored)
+
+        later = {s.stage: s for s in daily_cycle_flow(as_of=clock.now().isoformat(), **params)}
+    assert later["backfill"].counts["rewards_inserted"] > 0
+    assert set(_rewarded_questions(engine)) - revealed  # the rest waited in the queue
+
+
+def test_a_past_dated_cycle_trains_on_no_outcome_revealed_after_it(
+    prefect_harness, scored_tiny_agent, tmp_path, monkeypatch
+) -> None:
+    """The tiny agent's three groups are rewarded on outcomes revealed at RESOLVED_AT: a cycle
+    as of the day before trains on none of them (nor evaluates them); one as of then does."""
+    db_url = f"sqlite:///{tmp_path / 'fw.db'}"
+    monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("FW_DB_URL", db_url)
+    scored_tiny_agent(db_url, tmp_path)
+    before = (RESOLVED_AT - timedelta(days=1)).isoformat()
+    stages = {s.stage: s for s in daily_cycle_flow(as_of=before, feeds=[], samples=2, train=TRAIN)}
+    assert stages["train tiny"].note.startswith("fewer than 3")
+    assert stages["evaluate"].counts["forecasts_scored"] == 0
+    engine = make_engine(db_url)
+    with session_scope(engine) as session:
+        assert count_rollouts(session) == 9  # nothing was open to forecast either
+    engine.dispose()
+    then = {
+        s.stage: s
+        for s in daily_cycle_flow(as_of=RESOLVED_AT.isoformat(), feeds=[], samples=2, train=TRAIN)
+    }
+    assert then["train tiny"].counts["to_version"] == 1
+    engine = make_engine(db_url)
+    with session_scope(engine) as session:
+        (run,) = session.scalars(select(TrainingRunRow)).all()
+        assert run.made_at == RESOLVED_AT and run.started_at > RESOLVED_AT  # as-of vs wall
+    engine.dispose()
 
 
 def test_cycle_command_runs_the_daily_cycle_and_prints_each_stage(

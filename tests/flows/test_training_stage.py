@@ -39,7 +39,13 @@ from storage.repositories.agents import (
 from storage.repositories.questions import upsert_questions
 from storage.repositories.training import train_steps
 from storage.tables import ReplayConsumptionRow, TrainingRunRow
-from tests.flows.conftest import CUTOFF, GENERATION, make_context, resolve_every_question
+from tests.flows.conftest import (
+    CUTOFF,
+    GENERATION,
+    RESOLVED_AT,
+    make_context,
+    resolve_every_question,
+)
 
 FAST = TrainOptions(learning_rate=1e-3)
 
@@ -57,7 +63,7 @@ def _count(engine, table) -> int:
 def test_replay_and_train_registers_a_new_version_exactly_once(
     engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
-    ctx = make_context(engine, tmp_path)
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     scored_tiny_agent(db_url, tmp_path)
     report = replay_and_train(ctx, "tiny", FAST)
     assert report is not None
@@ -99,7 +105,7 @@ def test_replay_and_train_registers_a_new_version_exactly_once(
 def test_an_rl_update_after_sft_starts_a_fresh_optimizer(
     engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
-    ctx = make_context(engine, tmp_path)
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     scored_tiny_agent(db_url, tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tiny-model", local_files_only=True)
     demo = Demonstration(prompt="Will it rain?", completion="<probability>0.20</probability>")
@@ -120,7 +126,7 @@ def test_an_rl_update_after_sft_starts_a_fresh_optimizer(
 def test_crash_while_checkpointing_registers_no_version(
     engine, db_url: str, scored_tiny_agent, tmp_path, monkeypatch
 ) -> None:
-    ctx = make_context(engine, tmp_path)
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     scored_tiny_agent(db_url, tmp_path)
     real_replace = os.replace
 
@@ -203,7 +209,7 @@ def _versions(engine) -> dict[int, PolicyVersion]:
 def test_steps_hold_whole_groups_through_the_stage(
     engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
-    ctx = make_context(engine, tmp_path)
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     scored_tiny_agent(db_url, tmp_path)
     options = FAST.model_copy(update={"groups_per_step": 2, "micro_batch_tokens": 1})
     report = replay_and_train(ctx, "tiny", options)
@@ -215,7 +221,7 @@ def test_steps_hold_whole_groups_through_the_stage(
 def test_kl_anchors_to_the_base_or_a_named_version_and_is_positive_once_weights_moved(
     engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
-    ctx = make_context(engine, tmp_path)
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     scored_tiny_agent(db_url, tmp_path)
     with_kl = FAST.model_copy(update={"kl_coef": 0.1, "groups_per_step": 3})
     first = replay_and_train(ctx, "tiny", with_kl)
@@ -284,7 +290,7 @@ def test_kl_anchors_to_the_base_or_a_named_version_and_is_positive_once_weights_
 def test_resume_records_the_checkpoint_it_resumed_from_as_parent(
     engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
-    ctx = make_context(engine, tmp_path)
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     scored_tiny_agent(db_url, tmp_path)
     again = FAST.model_copy(update={"reuse": True})
     v1 = replay_and_train(ctx, "tiny", FAST)
@@ -330,7 +336,7 @@ def test_resume_records_the_checkpoint_it_resumed_from_as_parent(
 def test_resume_from_a_checkpoint_that_is_not_a_registered_version_is_refused(
     engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
-    ctx = make_context(engine, tmp_path)
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     scored_tiny_agent(db_url, tmp_path)
     v1 = replay_and_train(ctx, "tiny", FAST)
     assert v1 is not None
@@ -376,6 +382,7 @@ def test_an_agent_sampling_at_another_temperature_trains_at_it(
         )
     predict(ctx, "cool", samples=3)
     resolve_every_question(engine)
+    ctx = ctx.at(RESOLVED_AT)
     backfill_rewards(ctx)
     report = replay_and_train(ctx, "cool", FAST)
     assert report is not None and report.rollouts == 9

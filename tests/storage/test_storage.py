@@ -59,7 +59,7 @@ def test_migrations_run_from_empty(tmp_path, postgres_url: str) -> None:
         engine = make_engine(url)
         upgrade_database(engine)
         upgrade_database(engine)  # idempotent
-        assert current_revision(engine) == "0006"
+        assert current_revision(engine) == "0007"
         names = set(inspect(engine).get_table_names())
         assert {
             "question",
@@ -73,6 +73,8 @@ def test_migrations_run_from_empty(tmp_path, postgres_url: str) -> None:
             "training_run",
             "train_step",
         } <= names
+        for table in ("reward", "training_run"):  # the run's as-of beside the wall clock
+            assert "made_at" in {c["name"] for c in inspect(engine).get_columns(table)}
         engine.dispose()
 
 
