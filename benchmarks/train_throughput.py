@@ -5,8 +5,12 @@ the whole step, chunked log-probs, clipped loss, gradient accumulation over the 
 rows, grad clipping, AdamW) and a reference loop (per row: full-vocabulary forward,
 advantage-weighted NLL, backward; then one AdamW step) on the same group-aligned optimiser
 steps (`pack_steps`: one group of 4 rollouts a step, rows of ≤ 2048 tokens) of a Qwen2 with
-hidden 256 and 4 layers, and reports tokens/s and their ratio (target ≥ 0.85). Then measures
-the padding that packing avoids on a lognormal mix of rollout lengths (200–2000 tokens).
+hidden 256 and 4 layers, and reports tokens/s and their ratio (target ≥ 0.85). Then, on groups
+shaped like the demo's (G rollouts sharing one prompt, which starts with the system turn every
+question shares, and short answers), the token positions the forward computes and its time
+when the trainer's steps pack rollouts one by one across groups (first-fit decreasing, before)
+and when each group is a row (`shard_steps`, after). Last, the padding that packing avoids on a
+lognormal mix of rollout lengths (200–2000 tokens).
 
     python benchmarks/train_throughput.py
 """
@@ -23,8 +27,17 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from futureworld.domain import Trajectory
-from futureworld.rl.batch import PackedRow, StepBatch, pack_steps, packing_stats
+from futureworld.rl.batch import (
+    PackedRow,
+    StepBatch,
+    pack_steps,
+    pack_trajectories,
+    packing_stats,
+    plan_steps,
+)
 from futureworld.rl.config import TrainConfig
+from futureworld.rl.distributed import World, shard_steps
+from futureworld.rl.forward import forwarded_positions
 from futureworld.rl.trainer import frozen_logprobs, train_step
 
 VOCAB = 4096
@@ -146,6 +159,61 @@ def measure_throughput(
     )
 
 
+def demo_shaped_groups(
+    rng: np.random.Generator, groups: int, size: int, system: int, question: int
+) -> list[Trajectory]:
+    """`groups` groups of `size` rollouts: a prompt of a shared system turn (`system` tokens)
+    and a question of its own (`question` tokens), answers of 6–30 generated tokens."""
+    system_ids = tuple(rng.integers(0, VOCAB, system).tolist())
+    out = []
+    for g in range(groups):
+        prompt = system_ids + tuple(rng.integers(0, VOCAB, question).tolist())
+        for i in range(size):
+            n = int(rng.integers(6, 31))
+            out.append(
+                Trajectory(
+                    question_id=g,
+                    agent_id=1,
+                    policy_version=0,
+                    sample_index=i,
+                    prompt_token_ids=prompt,
+                    completion_token_ids=tuple(rng.integers(0, VOCAB, n).tolist()),
+                    loss_mask=(1,) * n,
+                    behaviour_logprobs=tuple((-rng.exponential(1.5, n)).tolist()),
+                )
+            )
+    return out
+
+
+def measure_group_rows(
+    seed: int, groups: int, size: int, groups_per_step: int, budget: int
+) -> dict[str, tuple[float, float, float]]:
+    """{packing: (rows, forwarded positions, seconds of a no-grad forward of every row)}."""
+    rng = np.random.default_rng(seed)
+    trajectories = demo_shaped_groups(rng, groups, size, system=120, question=130)
+    advantages = [np.ones(len(t.completion_token_ids), np.float32) for t in trajectories]
+    sizes = [size] * groups
+    config = TrainConfig(learning_rate=1e-5, temperature=1.0, precision="fp32", seed=seed)
+    before = [
+        row
+        for rollouts, _ in plan_steps(sizes, groups_per_step)
+        for row in pack_trajectories(
+            [trajectories[i] for i in rollouts], [advantages[i] for i in rollouts], budget
+        )
+    ]
+    steps = shard_steps(trajectories, advantages, sizes, groups_per_step, budget, World(0, 1))
+    after = [row for step in steps for row in step.rows]
+    model = build_model(seed)
+    frozen_logprobs(model, after[:1], config)  # warm-up
+    out = {}
+    for name, rows in (("rollouts packed across groups", before), ("one group a row", after)):
+        start = time.perf_counter()
+        frozen_logprobs(model, rows, config)
+        seconds = time.perf_counter() - start
+        out[name] = (len(rows), sum(forwarded_positions(r) for r in rows), seconds)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4, help="timed optimiser steps")
@@ -163,6 +231,18 @@ def main() -> None:
     print(f"{'  futureworld.rl train_step (decoupled PPO)':<52}{ours:>12.0f}")
     print(f"{'  reference loop (forward, backward, AdamW)':<52}{ref:>12.0f}")
     print(f"{'  ratio, median over steps (target >= 0.85)':<52}{ratio:>12.2f}")
+
+    size, groups, k, budget = 4, 32, 8, 4096
+    rows = measure_group_rows(args.seed, groups, size, k, budget)
+    print(
+        f"\n{groups} demo-shaped groups of {size} (250-token prompts, 120 of them shared; "
+        f"answers 6-30), {k} groups a step, rows <= {budget} tokens"
+    )
+    print(f"{'  packing':<36}{'rows':>8}{'positions':>12}{'per row':>10}{'forward s':>12}")
+    for name, (n, positions, seconds) in rows.items():
+        print(f"  {name:<34}{n:>8}{positions:>12.0f}{positions / n:>10.0f}{seconds:>12.2f}")
+    (_, p0, t0), (_, p1, t1) = rows.values()
+    print(f"{'  after / before':<36}{'':>8}{p1 / p0:>12.2f}{'':>10}{t1 / t0:>12.2f}")
 
     lengths = lognormal_lengths(np.random.default_rng(args.seed), 512).tolist()
     print(f"\n{'padding waste, 512 rollouts of 200-2000 tokens':<48}", end="")

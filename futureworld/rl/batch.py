@@ -1,16 +1,21 @@
 """Optimiser steps of whole groups and packed micro-batches.
 
 An optimiser step holds K whole groups in replay order (`plan_steps`); only then are the
-step's rollouts packed, so packing never moves a rollout to another step. Several rollouts
-are concatenated into one row (first-fit decreasing under a token budget, over whole groups
-where a group fits) with position ids restarting at 0 for each rollout;
-futureworld.rl.forward computes a row's per-token log-probs.
+step's rollouts packed, so packing never moves a rollout to another step. A group that fits the
+token budget is one row, its rollouts concatenated with position ids restarting at 0 for each,
+so futureworld.rl.forward computes the group's shared prompt once; a group over the budget is
+packed rollout by rollout (first-fit decreasing). Under torchrun every rank packs only its
+share of each step's groups (`pack_steps`' `share`), through the same path.
+
+Decision: groups are never combined into one row. Two groups in a row share only the agent's
+system turn, so the forward pays for both prompts in full: the demo's rows of 2–3 groups
+forwarded 765–785 positions where each group alone forwards about 280.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -194,10 +199,15 @@ def pack_steps(
     group_sizes: Sequence[int],
     groups_per_step: int,
     budget_tokens: int,
+    share: Callable[[int], range] | None = None,
 ) -> list[StepBatch]:
     """The optimiser steps of an update: K whole groups each, in replay order, each step's
-    rollouts packed into rows of ≤ budget_tokens. `trajectories` are grouped consecutively
-    with `group_sizes`."""
+    groups packed into rows of ≤ budget_tokens (`_pack_groups`). `trajectories` are grouped
+    consecutively with `group_sizes`.
+
+    With `share` (a step's group count → the range of its groups this rank trains on), a step
+    keeps its full rollout range and group count (its metrics are the same on every rank) and
+    holds the rows of this rank's groups only."""
     _check_packable(trajectories, advantages)
     if sum(group_sizes) != len(trajectories):
         raise ValueError(
@@ -207,7 +217,9 @@ def pack_steps(
     spans = [range(a, b) for a, b in itertools.pairwise(bounds)]
     steps, first = [], 0
     for rollouts, groups in plan_steps(group_sizes, groups_per_step):
-        rows = _pack_groups(trajectories, advantages, spans[first : first + groups], budget_tokens)
+        mine = range(groups) if share is None else share(groups)
+        held = spans[first + mine.start : first + mine.stop]
+        rows = _pack_groups(trajectories, advantages, held, budget_tokens)
         steps.append(StepBatch(tuple(rows), rollouts, groups))
         first += groups
     return steps
@@ -219,16 +231,17 @@ def _pack_groups(
     groups: Sequence[range],
     budget_tokens: int,
 ) -> list[PackedRow]:
-    """Rows of a step's groups, first-fit decreasing over whole groups: a group that fits the
-    budget stays in one row, its rollouts side by side, so the row forwards their shared
-    prompt once (futureworld.rl.forward); a larger group's rollouts are packed one by one."""
-    items: list[list[int]] = []
+    """Rows of a step's groups, in replay order: a group that fits the budget is one row, its
+    rollouts side by side, so the row forwards their shared prompt once
+    (futureworld.rl.forward); a larger group's rollouts are packed one by one among
+    themselves (first-fit decreasing), never with another group's."""
+    rows: list[PackedRow] = []
     for group in groups:
         if sum(_sequence_length(trajectories[i]) for i in group) <= budget_tokens:
-            items.append(list(group))
+            rows.append(_row(trajectories, advantages, list(group)))
         else:
-            items += [[i] for i in group]
-    return _pack_items(trajectories, advantages, items, budget_tokens)
+            rows += _pack(trajectories, advantages, group, budget_tokens)
+    return rows
 
 
 @dataclass(frozen=True)

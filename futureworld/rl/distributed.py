@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from futureworld.domain import Trajectory
-from futureworld.rl.batch import PackedRow, StepBatch, pack_trajectories, plan_steps
+from futureworld.rl.batch import PackedRow, StepBatch, pack_steps
 from futureworld.rl.forward import token_logprobs
 
 JOB_FILE = "job.pkl"
@@ -101,29 +101,16 @@ def shard_steps(
     budget_tokens: int,
     world: World,
 ) -> list[StepBatch]:
-    """The optimiser steps of `pack_steps`, each holding only this rank's whole groups.
-
-    Every step keeps its full rollout range and group count (the step's metrics are the same
-    on every rank); its rows are the packed rows of this rank's groups only.
-    """
-    starts = np.concatenate([[0], np.cumsum(group_sizes, dtype=np.int64)]).tolist()
-    out = []
-    first_group = 0
-    for rollouts, groups in plan_steps(group_sizes, groups_per_step):
-        share = split_groups(groups, world)
-        lo = starts[first_group + share.start]
-        hi = starts[first_group + share.stop]
-        mine = range(lo, hi)
-        rows = (
-            pack_trajectories(
-                [trajectories[i] for i in mine], [advantages[i] for i in mine], budget_tokens
-            )
-            if len(mine)
-            else []
-        )
-        out.append(StepBatch(rows=tuple(rows), rollouts=rollouts, groups=groups))
-        first_group += groups
-    return out
+    """The optimiser steps of `pack_steps`, each holding only this rank's whole groups
+    (`split_groups`): one rank holds every group of every step."""
+    return pack_steps(
+        trajectories,
+        advantages,
+        group_sizes,
+        groups_per_step,
+        budget_tokens,
+        share=lambda groups: split_groups(groups, world),
+    )
 
 
 class RowLogprobs(nn.Module):

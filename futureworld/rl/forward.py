@@ -97,11 +97,8 @@ def _hidden_states(backbone: nn.Module, row: PackedRow) -> tuple[Tensor, Tensor]
       R × S positions. Gradients reach the prefix through each rollout's attention to it,
       so both ways compute the same function of the weights.
     """
-    starts = (row.position_ids[0] == 0).nonzero().squeeze(-1).tolist()
-    spans = list(zip(starts, [*starts[1:], row.num_tokens], strict=True))
-    shared = _shared_prefix_length(row.input_ids[0], spans)
-    widest = max(end - start for start, end in spans) - shared
-    if len(spans) == 1 or shared + len(spans) * widest >= row.num_tokens:
+    spans, shared, widest = _row_plan(row)
+    if not widest:
         hidden = backbone(
             input_ids=row.input_ids, position_ids=row.position_ids, use_cache=False
         ).last_hidden_state[0]
@@ -139,6 +136,26 @@ def _hidden_states(backbone: nn.Module, row: PackedRow) -> tuple[Tensor, Tensor]
             shared + j * widest + torch.arange(end - start - shared, device=device)
         )
     return torch.cat(parts), index
+
+
+def _row_plan(row: PackedRow) -> tuple[list[tuple[int, int]], int, int]:
+    """(rollout spans, shared prefix P, widest remainder S) of the shared-prefix way, or
+    (spans, 0, 0) when the row is forwarded packed as it is (one rollout, or P + R·S ≥ L)."""
+    starts = (row.position_ids[0] == 0).nonzero().squeeze(-1).tolist()
+    spans = list(zip(starts, [*starts[1:], row.num_tokens], strict=True))
+    if len(spans) == 1:
+        return spans, 0, 0
+    shared = _shared_prefix_length(row.input_ids[0], spans)
+    widest = max(end - start for start, end in spans) - shared
+    if shared + len(spans) * widest >= row.num_tokens:
+        return spans, 0, 0
+    return spans, shared, widest
+
+
+def forwarded_positions(row: PackedRow) -> int:
+    """Token positions the forward of `row` computes: P + R·S by the shared prefix, else L."""
+    spans, shared, widest = _row_plan(row)
+    return shared + len(spans) * widest if widest else row.num_tokens
 
 
 def _shared_prefix_length(ids: Tensor, spans: Sequence[tuple[int, int]]) -> int:

@@ -19,7 +19,7 @@ from torch import nn
 from futureworld.rl.batch import PackedRow
 from futureworld.rl.config import TrainConfig
 from futureworld.rl.distributed import StepForward, padding_row
-from futureworld.rl.forward import token_logprobs
+from futureworld.rl.forward import forwarded_positions, token_logprobs
 from futureworld.rl.losses import OBJECTIVES, LossInputs, step_normalizer, summarize_metrics
 
 
@@ -146,13 +146,17 @@ def train_step(
         keys = sorted({*keys, *_SUM_KEYS})
         loss_total, *values = world.sum_floats([loss_total, *(sums[k] for k in keys)])
         sums = Counter(dict(zip(keys, values, strict=True)))
-    tokens = world.sum_floats([sum(r.num_tokens for r in rows)])[0]
+    tokens, positions, n_rows = world.sum_floats(
+        [sum(r.num_tokens for r in rows), sum(forwarded_positions(r) for r in rows), len(rows)]
+    )
     return {
         "loss": loss_total,
         **summarize_metrics(sums),
         "grad_norm": grad_norm,
         "tokens_per_s": tokens / elapsed,
         "kl_prox": kl_prox,
+        "rows": n_rows,
+        "positions": positions,  # token positions the step's forwards computed
     }
 
 

@@ -216,6 +216,14 @@ def test_steps_hold_whole_groups_through_the_stage(
     assert report is not None
     # 3 groups of 3 rollouts, oldest first: groups (0, 1) then (2); one rollout a row
     assert [(s["groups"], s["rollouts"]) for s in report.steps] == [(2, 6), (1, 3)]
+    assert [s["rows"] for s in report.steps] == [6, 3]
+    # With room for all three groups in one row, each group is still a row of its own, whose
+    # forward computes the group's shared prompt once.
+    whole = replay_and_train(ctx, "tiny", FAST.model_copy(update={"reuse": True}))
+    assert whole is not None
+    [step] = whole.steps
+    assert (step["groups"], step["rollouts"], step["rows"]) == (3, 9, 3)
+    assert step["positions"] < sum(s["positions"] for s in report.steps)
 
 
 def test_kl_anchors_to_the_base_or_a_named_version_and_is_positive_once_weights_moved(

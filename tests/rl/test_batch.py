@@ -14,7 +14,8 @@ from futureworld.rl.batch import (
     packing_stats,
     plan_steps,
 )
-from futureworld.rl.forward import token_logprobs
+from futureworld.rl.distributed import World, shard_steps
+from futureworld.rl.forward import forwarded_positions, token_logprobs
 from tests.rl.rl_builders import make_rollout
 
 
@@ -92,6 +93,72 @@ def test_pack_steps_never_splits_a_group_across_steps(budget, groups_per_step):
             assert row.num_tokens <= budget or len(row.rollout_indices) == 1
         seen += step.rollouts
     assert seen == list(range(len(trajs)))  # replay order, each rollout in exactly one step
+
+
+def _group_rollouts(sizes, prompt_len, seed=0):
+    """Groups whose G rollouts share one prompt (as a group's do), with answers of 1–6."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for g, size in enumerate(sizes):
+        prompt = tuple(int(x) for x in rng.integers(0, 64, prompt_len))
+        for i in range(size):
+            n = int(rng.integers(1, 7))
+            out.append(
+                make_rollout(
+                    sample_index=g * 100 + i,
+                    prompt=prompt,
+                    completion=tuple(int(x) for x in rng.integers(0, 64, n)),
+                    mask=(1,) * n,
+                ).trajectory
+            )
+    return out
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_the_trainers_steps_keep_each_group_that_fits_in_a_row_of_its_own(ranks):
+    """shard_steps is what train_policy packs with: on every rank, a row is one whole group
+    when the group fits the budget, and never mixes two groups."""
+    sizes = [4, 3, 4, 2, 4, 1, 4]
+    trajs = _group_rollouts(sizes, prompt_len=20)
+    group_of = [g for g, size in enumerate(sizes) for _ in range(size)]
+    advantages = [np.ones(len(t.completion_token_ids), np.float32) for t in trajs]
+    budget = 4 * (20 + 6)  # every group fits; two groups together often would too
+    held: list[int] = []
+    for rank in range(ranks):
+        steps = shard_steps(trajs, advantages, sizes, 3, budget, World(rank=rank, size=ranks))
+        for step in steps:
+            for row in step.rows:
+                (group,) = {group_of[i] for i in row.rollout_indices}
+                assert list(row.rollout_indices) == [
+                    i for i, g in enumerate(group_of) if g == group
+                ]
+                held.append(group)
+    assert sorted(held) == list(range(len(sizes)))  # every group on exactly one rank
+
+    # A group over the budget is split into rows of its own rollouts only.
+    [step] = shard_steps(trajs[:4], advantages[:4], [4], 1, 2 * 26, World(rank=0, size=1))
+    assert len(step.rows) >= 2 and sorted(i for r in step.rows for i in r.rollout_indices) == [
+        0,
+        1,
+        2,
+        3,
+    ]
+
+
+def test_a_row_of_one_group_forwards_its_prompt_once():
+    trajs = _group_rollouts([4, 4], prompt_len=50, seed=3)
+    advantages = [np.ones(len(t.completion_token_ids), np.float32) for t in trajs]
+    [step] = shard_steps(trajs, advantages, [4, 4], 2, 10_000, World(rank=0, size=1))
+    assert len(step.rows) == 2
+    for row in step.rows:
+        longest = max(len(trajs[i].completion_token_ids) for i in row.rollout_indices)
+        # the shared prompt once, then R right-padded answers (less any prefix they share)
+        assert forwarded_positions(row) <= 50 + 4 * longest
+        assert forwarded_positions(row) < row.num_tokens
+    both = pack_trajectories(trajs, advantages, 10_000)  # rollouts packed one by one
+    assert sum(forwarded_positions(r) for r in both) > sum(
+        forwarded_positions(r) for r in step.rows
+    )
 
 
 def test_pack_steps_refuses_group_sizes_that_do_not_cover_the_rollouts():
