@@ -9,7 +9,9 @@ Errors are isolated per item: whatever one page, listed item or per-id request r
 (any SourceError, a malformed payload, a RecursionError, a bug tripped by one odd payload) is
 caught at that item's boundary and becomes one error line naming the item and its URL; the
 other items go on. Numbers that are not finite (JSON `Infinity`, `NaN`) make their item
-malformed rather than being clamped into range.
+malformed rather than being clamped into range, and a required text or id that is null, empty
+or of the wrong type (`required_text`, `required_id`) makes it malformed rather than being
+stored as the text "None" or "42".
 """
 
 from __future__ import annotations
@@ -86,10 +88,15 @@ class ItemError(Exception):
     """One item that failed; the message is the whole error line (it names the item's URL)."""
 
 
+class FieldError(ValueError):
+    """A required field of an item that is missing, null, empty or of the wrong type; the
+    message names the field and what was wrong."""
+
+
 def describe_error(exc: BaseException) -> str:
     """An exception as it appears inside an error line: its own message for the errors whose
-    message is a whole line, else `Type: message` (capped, on one line)."""
-    if isinstance(exc, SourceError | PageError | ItemError):
+    message is a whole line or names its field, else `Type: message` (capped, on one line)."""
+    if isinstance(exc, SourceError | PageError | ItemError | FieldError):
         return str(exc)
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
@@ -131,7 +138,44 @@ def malformed_item(label: str) -> Iterator[None]:
     try:
         yield
     except MALFORMED_ERRORS as exc:
-        raise SkipItem("malformed", f"{label} is malformed: {exc!r}") from exc
+        raise SkipItem("malformed", f"{label} is malformed: {describe_error(exc)}") from exc
+
+
+def _required(payload: Any, key: str | int, name: str) -> Any:
+    try:
+        value = payload[key]
+    except (KeyError, IndexError, TypeError):
+        raise FieldError(f"{name} is missing") from None
+    if value is None:
+        raise FieldError(f"{name} is null")
+    return value
+
+
+def required_text(payload: Any, key: str | int, *, name: str | None = None) -> str:
+    """`payload[key]` (a dict's field or a list's entry) as text, stripped; FieldError naming
+    the field (`name`, default the key) when it is missing, null, not a string, or empty or
+    only whitespace."""
+    name = name or str(key)
+    value = _required(payload, key, name)
+    if not isinstance(value, str):
+        raise FieldError(f"{name} is not text (got {type(value).__name__} {value!r:.60})")
+    if not value.strip():
+        raise FieldError(f"{name} is empty ({value!r:.20})")
+    return value.strip()
+
+
+def required_id(payload: Any, key: str | int, *, name: str | None = None) -> str:
+    """`payload[key]` as an id, as text: a non-empty string or an integer (not a bool);
+    FieldError naming the field otherwise."""
+    name = name or str(key)
+    value = _required(payload, key, name)
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise FieldError(
+            f"{name} is not a string or an integer (got {type(value).__name__} {value!r:.60})"
+        )
+    if not str(value).strip():
+        raise FieldError(f"{name} is empty ({value!r:.20})")
+    return str(value)
 
 
 def close_skip_reason(

@@ -56,6 +56,8 @@ from futureworld.sources.base import (
     malformed_item,
     payload_resolution,
     per_id_fetch_resolutions,
+    required_id,
+    required_text,
 )
 from futureworld.sources.http import SourceClient, join_url
 
@@ -108,10 +110,11 @@ def _scalar_fields(market: dict[str, Any]) -> dict[str, Any]:
 
 
 def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
-    """One binary or scalar market to a Question; KeyError/ValueError when malformed."""
+    """One binary or scalar market to a Question; KeyError/ValueError when malformed
+    (FieldError: a null, empty or wrongly typed ticker or title)."""
     scalar = market.get("market_type", "binary") == "scalar"
-    ticker = str(market["ticker"])
-    title = str(market["title"]).strip()
+    ticker = required_id(market, "ticker")
+    title = required_text(market, "title")
     if market.get("yes_sub_title") and market["yes_sub_title"] not in title:
         title = f"{title} ({market['yes_sub_title']})"
     rules = "\n\n".join(

@@ -57,6 +57,8 @@ from futureworld.sources.base import (
     malformed_item,
     payload_resolution,
     per_id_fetch_resolutions,
+    required_id,
+    required_text,
 )
 from futureworld.sources.http import SourceClient, SourceError, join_url
 
@@ -88,7 +90,10 @@ def _choice_fields(market: dict[str, Any]) -> dict[str, Any]:
     total = math.fsum(p for p in probabilities if p is not None)
     if None not in probabilities and total > 0.0:
         extra["crowd_probabilities"] = [p / total for p in probabilities if p is not None]
-    return {"options": tuple(str(a["text"]).strip() for a in answers), "extra": extra}
+    options = tuple(
+        required_text(a, "text", name=f"text of answer {a.get('id')!r}") for a in answers
+    )
+    return {"options": options, "extra": extra}
 
 
 def numeric_spec(market: dict[str, Any]) -> NumericSpec:
@@ -122,8 +127,9 @@ def _numeric_fields(market: dict[str, Any]) -> dict[str, Any]:
 
 def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     """One market (a LiteMarket, or the FullMarket of a multiple-choice one) to an open
-    Question of its kind; KeyError/ValueError on a malformed market."""
-    market_id = str(market["id"])
+    Question of its kind; KeyError/ValueError (FieldError: a null, empty or wrongly typed id,
+    question or answer text) on a malformed market."""
+    market_id = required_id(market, "id")
     kind = KIND_OF_OUTCOME_TYPE[market.get("outcomeType", "BINARY")]
     created_at = from_ms(market["createdTime"])
     if created_at is None:
@@ -141,7 +147,7 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
         source=SOURCE,
         external_id=market_id,
         kind=kind,
-        title=str(market["question"]).strip(),
+        title=required_text(market, "question"),
         background=background,
         resolution_criteria=background,
         url=market.get("url") or "",
@@ -198,8 +204,10 @@ def harvest_open(
         if reason:
             raise SkipItem(reason)
         label = f"{SOURCE}: market {market.get('id')!r}"
+        with malformed_item(label):
+            market_id = required_id(market, "id")
         if market.get("outcomeType") == "MULTIPLE_CHOICE" and "answers" not in market:
-            market = _full_market(market, label)
+            market = _full_market(market_id, label)
         with malformed_item(label):
             if market.get("outcomeType") == "MULTIPLE_CHOICE" and (
                 market.get("shouldAnswersSumToOne") is False
@@ -208,8 +216,8 @@ def harvest_open(
             question = market_to_question(market, now=now)
         return question
 
-    def _full_market(market: dict[str, Any], label: str) -> dict[str, Any]:
-        full_url = join_url(base_url, f"/v0/market/{market['id']}")
+    def _full_market(market_id: str, label: str) -> dict[str, Any]:
+        full_url = join_url(base_url, f"/v0/market/{market_id}")
         try:
             full = client.get_json(SOURCE, full_url, headers=headers)
         except SourceError as error:

@@ -55,6 +55,8 @@ from futureworld.sources.base import (
     malformed_item,
     payload_resolution,
     per_id_fetch_resolutions,
+    required_id,
+    required_text,
 )
 from futureworld.sources.http import SourceClient, join_url
 
@@ -178,7 +180,8 @@ def _kind_fields(question: dict[str, Any], kind: QuestionKind) -> dict[str, Any]
     if kind is QuestionKind.BINARY:
         return {"crowd_probability": community_p_yes(question), "extra": {}}
     if kind is QuestionKind.CHOICE:
-        options = tuple(str(o).strip() for o in question["options"])
+        listed = question["options"]
+        options = tuple(required_text(listed, i, name=f"options[{i}]") for i in range(len(listed)))
         extra: dict[str, Any] = {"ordered_options": False}
         crowd = community_probabilities(question, len(options))
         if crowd is not None:
@@ -194,8 +197,14 @@ def _kind_fields(question: dict[str, Any], kind: QuestionKind) -> dict[str, Any]
 
 def post_to_question(post: dict[str, Any], base_url: str, *, now: datetime) -> Question:
     """A question post of a harvested type to a Question of its kind (module docstring);
-    KeyError/ValueError when malformed."""
+    KeyError/ValueError when malformed (FieldError: a null, empty or wrongly typed id, title or
+    option). The title is the post's, else (absent or null) its question's."""
     question = post["question"]
+    post_id = required_id(post, "id")
+    if post.get("title") is None:
+        title = required_text(question, "title", name="question.title")
+    else:
+        title = required_text(post, "title")
     kind = KIND_OF_TYPE[question.get("type", "binary")]
     fields = _kind_fields(question, kind)
     created_at = from_iso(post.get("published_at")) or from_iso(post.get("created_at")) or now
@@ -206,12 +215,12 @@ def post_to_question(post: dict[str, Any], base_url: str, *, now: datetime) -> Q
         criteria = f"{criteria}\n\n{question['fine_print']}".strip()
     return Question(
         source=SOURCE,
-        external_id=str(post["id"]),
+        external_id=post_id,
         kind=kind,
-        title=str(post.get("title") or question["title"]).strip(),
+        title=title,
         background=question.get("description") or "",
         resolution_criteria=criteria,
-        url=join_url(base_url, f"/questions/{post['id']}/"),
+        url=join_url(base_url, f"/questions/{post_id}/"),
         domain=domain,
         created_at=created_at,
         info_cutoff_at=now,

@@ -14,16 +14,20 @@ from typing import Any
 
 from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
 from futureworld.sources.base import (
+    MALFORMED_ERRORS,
     HarvestResult,
     Page,
     SkipItem,
     SourceResolution,
     clamp_probability,
+    describe_error,
     from_iso,
     harvest_pages,
     listed_items,
     payload_resolution,
     per_id_fetch_resolutions,
+    required_id,
+    required_text,
 )
 from futureworld.sources.http import SourceClient, join_url
 
@@ -59,15 +63,16 @@ def _json_list(value: Any, name: str) -> list[Any]:
 
 
 def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
-    """One open Gamma market to a Question; ValueError/KeyError when malformed or not Yes/No."""
+    """One open Gamma market to a Question; ValueError/KeyError when malformed (FieldError: a
+    null, empty or wrongly typed id or question) or not Yes/No."""
     created_at = from_iso(market.get("createdAt")) or from_iso(market.get("startDate")) or now
     slug = market.get("slug") or ""
     description = market.get("description") or ""
     return Question(
         source=SOURCE,
-        external_id=str(market["id"]),
+        external_id=required_id(market, "id"),
         kind=QuestionKind.BINARY,
-        title=str(market["question"]).strip(),
+        title=required_text(market, "question"),
         background=description,
         resolution_criteria=description,
         url=f"https://polymarket.com/market/{slug}" if slug else "",
@@ -113,10 +118,10 @@ def harvest_open(
             raise SkipItem("closed")
         try:
             question = market_to_question(market, now=now)
-        except (KeyError, TypeError, ValueError) as exc:
+        except MALFORMED_ERRORS as exc:
             if "not a Yes/No" in str(exc):
                 raise SkipItem("not_binary") from exc
-            malformed = f"{SOURCE}: market {market['id']!r} is malformed: {exc!r}"
+            malformed = f"{SOURCE}: market {market['id']!r} is malformed: {describe_error(exc)}"
             raise SkipItem("malformed", malformed) from exc
         if question.close_at is not None and question.close_at <= now:
             raise SkipItem("closed")

@@ -85,3 +85,19 @@ def test_determined_is_not_final_and_finalized_is(server, client):
     assert by_id["T3"].status is OutcomeStatus.ANNULLED
     assert set(by_id) == {"T1", "T2", "T3"}
     assert len(result.errors) == 1 and "market E" in result.errors[0]
+
+
+def test_a_null_empty_or_wrongly_typed_title_or_ticker_is_refused_with_a_line_naming_it(
+    server, client
+):
+    bad = [market(1, title=None), market(2, title="\t"), market(3, title=7), market(4, ticker=None)]
+    server.route(MARKETS, [Reply(200, {"markets": [market(0), *bad, market(5)], "cursor": ""})])
+    result = kalshi.harvest_open(client, server.base_url, now=NOW)
+    assert [q.external_id for q in result.questions] == ["KXCPI-26MAR-T0", "KXCPI-26MAR-T5"]
+    assert result.questions[1].title == "Will CPI rise more than 0.5% in March?"
+    assert result.counts["skipped_malformed"] == 4 and len(result.errors) == 4
+    null, empty, number, no_ticker = result.errors
+    assert "market 'KXCPI-26MAR-T1' is malformed: title is null" in null
+    assert "market 'KXCPI-26MAR-T2' is malformed: title is empty" in empty
+    assert "market 'KXCPI-26MAR-T3' is malformed: title is not text (got int 7)" in number
+    assert "market None is malformed: ticker is null" in no_ticker

@@ -146,3 +146,26 @@ def test_api_key_is_sent_but_never_stored(server, client: SourceClient):
     result = manifold.fetch_resolutions(client, server.base_url, ["a"], token="k-secret")
     assert server.requests_to("/v0/market/a")[0].headers["authorization"] == "Key k-secret"
     assert "k-secret" not in repr(result)
+
+
+def test_a_null_empty_or_wrongly_typed_question_or_id_is_refused_with_a_line_naming_it(
+    server, client
+):
+    bad = {
+        "m001": lite_market(1, question=None),
+        "m002": lite_market(2, question="   "),
+        "m003": lite_market(3, question=42),
+        "m004": lite_market(4, id=["m004"]),
+    }
+    markets = [lite_market(0), *bad.values(), lite_market(5)]
+    server.route("/v0/markets", [Reply(200, markets)])
+    result = manifold.harvest_open(client, server.base_url, now=NOW, page_size=10)
+    assert [q.external_id for q in result.questions] == ["m000", "m005"]
+    assert all(q.title.startswith("Will event") for q in result.questions)
+    assert result.counts["skipped_malformed"] == 4 and len(result.errors) == 4
+    null, empty, number, listed_id = result.errors
+    assert "market 'm001' is malformed: question is null" in null
+    assert "market 'm002' is malformed: question is empty" in empty
+    assert "market 'm003' is malformed: question is not text (got int 42)" in number
+    assert "market ['m004'] is malformed: id is not a string or an integer" in listed_id
+    assert all(server.base_url + "/v0/markets" in e for e in result.errors)

@@ -80,3 +80,27 @@ def test_resolutions_map_annulled_and_ambiguous_to_annulled(server, client):
     assert [by_id[i].status for i in ids[2:4]] == [OutcomeStatus.ANNULLED] * 2
     assert "1004" not in by_id and result.errors == []
     assert by_id["1000"].resolved_at == datetime(2026, 12, 15, tzinfo=UTC)
+
+
+def test_a_null_empty_or_wrongly_typed_title_or_id_is_refused_with_a_line_naming_it(server, client):
+    untitled = post(1)
+    untitled["title"] = untitled["question"]["title"] = None
+    fallback = post(2)
+    fallback["title"] = None  # an untitled post takes its question's title
+    empty, listed, wrong_id = post(3), post(4), post(5)
+    empty["title"] = " \n"
+    listed["title"] = ["Will measure 4 pass?"]
+    wrong_id["id"] = 10.5
+    posts = [post(0), untitled, fallback, empty, listed, wrong_id]
+    server.route("/api/posts/", [Reply(200, {"next": None, "results": posts})])
+    result = metaculus.harvest_open(client, server.base_url, now=NOW)
+    assert [(q.external_id, q.title) for q in result.questions] == [
+        ("1000", "Will measure 0 pass before 2027?"),
+        ("1002", "Will measure 2 pass before 2027?"),
+    ]
+    assert result.counts["skipped_malformed"] == 4 and len(result.errors) == 4
+    null, blank, wrong_type, not_an_id = result.errors
+    assert "post 1001 is malformed: question.title is null" in null
+    assert "post 1003 is malformed: title is empty" in blank
+    assert "post 1004 is malformed: title is not text (got list" in wrong_type
+    assert "post 10.5 is malformed: id is not a string or an integer (got float" in not_an_id

@@ -104,3 +104,25 @@ def test_legacy_list_response_is_one_page(server, client):
     result = polymarket.harvest_open(client, server.base_url, now=NOW + timedelta(days=1))
     assert [q.external_id for q in result.questions] == ["500", "501"]
     assert len(server.requests) == 1
+
+
+def test_a_null_empty_or_wrongly_typed_question_or_id_is_refused_with_a_line_naming_it(
+    server, client
+):
+    bad = [
+        gamma_market(1, question=None),
+        gamma_market(2, question=""),
+        gamma_market(3, question={"en": "Will team 3 win?"}),
+        gamma_market(4, id=True),
+    ]
+    server.route("/markets/keyset", [Reply(200, {"markets": [gamma_market(0), *bad]})])
+    result = polymarket.harvest_open(client, server.base_url, now=NOW)
+    assert [(q.external_id, q.title) for q in result.questions] == [
+        ("500", "Will team 0 win the cup?")
+    ]
+    assert result.counts["skipped_malformed"] == 4 and len(result.errors) == 4
+    null, empty, mapping, flag = result.errors
+    assert "market '501' is malformed: question is null" in null
+    assert "market '502' is malformed: question is empty" in empty
+    assert "market '503' is malformed: question is not text (got dict" in mapping
+    assert "market True is malformed: id is not a string or an integer (got bool" in flag
