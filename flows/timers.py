@@ -8,8 +8,9 @@ each job (its function reference and arguments), so whoever can write the job ta
 code in the scheduler. `TimerJobStore` keeps the same table but stores each job as a small
 JSON document, the question id, the check kind and its times, and reads a row back only as a
 call of `check_resolution(question_id)`: a pickle, a foreign function or a malformed document
-is dropped with a warning, never executed. The database URL is not in the job: the check reads
-it from the environment (FW_DB_URL) of the process running the timers."""
+is dropped with one warning line (no traceback), never executed. The database URL is not in
+the job: the check reads it from the environment (FW_DB_URL) of the process running the
+timers."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.util import datetime_to_utc_timestamp
-from sqlalchemy import Engine
+from sqlalchemy import Engine, and_, select
 from sqlalchemy.exc import IntegrityError
 
 from flows.context import open_context
@@ -82,6 +83,27 @@ class TimerJobStore(SQLAlchemyJobStore):
         except ValueError as error:
             log.warning("timer job %s is unreadable and ignored: %s", job_id, error)
             return None
+
+    def _get_jobs(self, *conditions: Any) -> list[Job]:
+        """apscheduler's own loop (the rows in run order; the unreadable ones deleted), with
+        one warning line for each row it removes instead of a traceback."""
+        jobs: list[Job] = []
+        query = select(self.jobs_t.c.id, self.jobs_t.c.job_state).order_by(
+            self.jobs_t.c.next_run_time
+        )
+        query = query.where(and_(*conditions)) if conditions else query
+        unreadable: list[str] = []
+        with self.engine.begin() as connection:
+            for row in connection.execute(query):
+                try:
+                    jobs.append(self._reconstitute_job(row.job_state))
+                except Exception as error:
+                    reason = " ".join(str(error).split()) or type(error).__name__
+                    log.warning("timer job %s is unreadable and removed: %s", row.id, reason)
+                    unreadable.append(row.id)
+            if unreadable:
+                connection.execute(self.jobs_t.delete().where(self.jobs_t.c.id.in_(unreadable)))
+        return jobs
 
     @staticmethod
     def _check(job: Job) -> None:

@@ -23,13 +23,21 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+SUPPORTED_DATABASES = ("postgresql", "sqlite")
+"""The databases the project runs on (one migration chain, one test suite for both)."""
+
+
+class UnsupportedDatabase(ArgumentError):
+    """A database URL whose scheme is none of SUPPORTED_DATABASES (checked before SQLAlchemy
+    looks for a driver of it)."""
 
 
 def normalise_url(url: str) -> str:
@@ -40,12 +48,28 @@ def normalise_url(url: str) -> str:
     return url
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL; None for another database or an in-memory one."""
+    parsed = make_url(normalise_url(url))
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine of a Postgres or SQLite URL (a SQLite file's folder is created);
+    ArgumentError for a string that is not a URL, UnsupportedDatabase for another scheme."""
     url = normalise_url(url)
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    backend = make_url(url).get_backend_name()
+    if backend not in SUPPORTED_DATABASES:
+        raise UnsupportedDatabase(
+            f"unsupported database scheme {backend!r}; the supported schemes are "
+            + " and ".join(SUPPORTED_DATABASES)
+        )
+    if backend == "sqlite":
+        path = sqlite_file(url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine

@@ -5,9 +5,11 @@ failed, exit 1). flows.cli turns them, and every other exception, into that one 
 
 Decisions: an unreachable or unusable database is the caller's to fix (exit 2), as are unknown
 names, bad values and bad paths; a requested source that answered nothing fails the run (exit
-1). Option values are checked before any work starts. The orchestration commands hand `--db`
-to the flows and timers through this process's environment (FW_DB_URL), never as a Prefect
-parameter or a stored job argument."""
+1). Option values are checked before any work starts. A database URL must be postgresql or
+sqlite, and a SQLite file's folder must exist (a mistyped path is refused rather than created
+with an empty database), except the data dir's own database: that folder is made as needed.
+The orchestration commands hand `--db` to the flows and timers through this process's
+environment (FW_DB_URL), never as a Prefect parameter or a stored job argument."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from typer._click.globals import get_current_context  # typer vendors its own cl
 
 from flows.context import PipelineContext, build_context, open_engine
 from flows.settings import Settings, parse_as_of, without_password
+from storage.engine import sqlite_file
 
 console = Console()
 
@@ -78,6 +81,7 @@ def open_database(settings: Settings) -> Engine:
     """The engine of the configured database, migrated; UserError when it cannot be used."""
     shown = without_password(settings.database_url)
     try:
+        _check_sqlite_folder(settings, shown)
         return open_engine(settings)
     except ArgumentError as error:
         raise UserError(
@@ -89,6 +93,20 @@ def open_database(settings: Settings) -> Engine:
             f"cannot open the database at {shown}: {_first_line(error)}; start it, or point "
             "--db / FW_DB_URL at a running one"
         ) from None
+
+
+def _check_sqlite_folder(settings: Settings, shown: str) -> None:
+    """UserError for a SQLite file in a folder that does not exist, unless it is the data dir's
+    own database (the folder is made for it); ArgumentError for a string that is not a URL."""
+    path = sqlite_file(settings.database_url)
+    if path is None or path.parent.is_dir():
+        return
+    if path.resolve() == (settings.data_dir / "futureworld.db").resolve():
+        return
+    raise UserError(
+        f"--db {shown}: the folder {path.parent} does not exist; create it, or give a SQLite "
+        "path in an existing folder"
+    )
 
 
 def _first_line(error: BaseException) -> str:

@@ -39,6 +39,12 @@ def register_learning_commands(app: typer.Typer) -> None:
     app.command("evaluate")(evaluate_command)
 
 
+def _check_positive(value: float) -> float:
+    if not value > 0:  # NaN too
+        raise typer.BadParameter(f"must be a number > 0, got {value}")
+    return value
+
+
 def train_command(
     agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
     estimator: Annotated[Estimator, typer.Option(help="Advantage estimator.")] = DEFAULT_ESTIMATOR,
@@ -51,7 +57,7 @@ def train_command(
         bool, typer.Option("--reuse", help="Also replay groups this lineage trained on before.")
     ] = False,
     learning_rate: Annotated[
-        float, typer.Option(help="AdamW learning rate.")
+        float, typer.Option(help="AdamW learning rate (> 0).", callback=_check_positive)
     ] = TrainOptions.model_fields["learning_rate"].default,
     ppo_epochs: Annotated[
         int, typer.Option(help="Passes over the replayed data.")
@@ -115,7 +121,7 @@ def train_command(
     db: DbOption = None,
 ) -> None:
     """Replay completed groups into a staleness-corrected update; register the new version."""
-    from flows.stages.lineage import LineageError
+    from flows.stages.lineage import LineageError, check_update
     from flows.stages.training import (
         replay_and_train,
         sft_trajectories_from_jsonl,
@@ -145,6 +151,10 @@ def train_command(
     with cli_context(db) as ctx:
         require_agent(ctx, agent)
         try:
+            learner = ctx.agent(agent)
+            check_update(
+                learner, ctx.current_version(learner), kl_reference=kl_reference, lora=lora
+            )
             if sft:
                 assert from_jsonl is not None
                 trajectories = sft_trajectories_from_jsonl(ctx, agent, from_jsonl)

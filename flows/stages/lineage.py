@@ -7,6 +7,7 @@ not one, or whose files no longer match its recorded sha256, is refused), which 
 parent, the update's π_prox and the version staleness is measured against. A KL penalty
 anchors to the agent's base model, version 0, unless the update names another registered full
 model (e.g. the supervised warm start); for LoRA it is always the base under the adapter.
+A baseline agent (crowd, base rate, uniform) has no policy, so nothing of it is trained.
 """
 
 from __future__ import annotations
@@ -64,15 +65,19 @@ def continued_optimizer(current: PolicyVersion, config: TrainConfig) -> Path | N
     return None if trained["config"]["estimator"] == Estimator.SFT else checkpoint
 
 
-def reference_version(
-    ctx: PipelineContext, agent: Agent, current: PolicyVersion, version: int, *, lora: bool
-) -> PolicyVersion:
-    """The registered version a KL penalty anchors to: the base model (version 0) by
-    default, or a later full model such as the supervised warm start that RL should stay
-    near. Refused: a version the agent does not have, a LoRA adapter (with LoRA the reference
-    is the base under the adapter, version 0), files changed since registration."""
-    from futureworld.rl.checkpoints import checkpoint_sha256
+def check_update(agent: Agent, current: PolicyVersion, *, kl_reference: int, lora: bool) -> None:
+    """Refuse, before any replay is read, an update that names what the agent does not have: a
+    policy (a baseline agent), or the KL reference version (`_check_reference`)."""
+    if not agent.backend.generates:
+        raise LineageError(
+            f"{agent.name} is a baseline (backend {agent.backend}) and has no policy to train; "
+            "train an agent registered with `futureworld agent add NAME --model DIR`"
+        )
+    _check_reference(agent, current, kl_reference, lora=lora)
 
+
+def _check_reference(agent: Agent, current: PolicyVersion, version: int, *, lora: bool) -> None:
+    """The rules of a KL reference that need no files: a version the agent has, 0 for LoRA."""
     if lora and version != 0:
         raise LineageError(
             f"a LoRA update's KL reference is the base under its adapter (version 0), not "
@@ -82,6 +87,18 @@ def reference_version(
         raise LineageError(
             f"KL reference v{version}: {agent.name} has versions v0–v{current.version}"
         )
+
+
+def reference_version(
+    ctx: PipelineContext, agent: Agent, current: PolicyVersion, version: int, *, lora: bool
+) -> PolicyVersion:
+    """The registered version a KL penalty anchors to: the base model (version 0) by
+    default, or a later full model such as the supervised warm start that RL should stay
+    near. Refused: a version the agent does not have, a LoRA adapter (with LoRA the reference
+    is the base under the adapter, version 0), files changed since registration."""
+    from futureworld.rl.checkpoints import checkpoint_sha256
+
+    _check_reference(agent, current, version, lora=lora)
     with session_scope(ctx.engine) as session:
         reference = get_policy_version(session, agent.id, version)
     checkpoint = Path(reference.checkpoint_path)

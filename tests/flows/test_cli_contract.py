@@ -26,7 +26,7 @@ from sqlalchemy import create_engine, text
 
 from flows.cli import app
 from flows.timers import JOB_TABLE, make_scheduler, schedule_check
-from futureworld.domain import Agent
+from futureworld.domain import Agent, BackendKind
 from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent
 from tests.conftest import POSTGRES_ADMIN_URL
@@ -66,6 +66,19 @@ class Ran:
 @pytest.fixture(scope="module")
 def sentinel_db() -> Iterator[str]:
     """A fresh, migrated Postgres database, as a URL that carries the sentinel password."""
+    yield from _fresh_database(Agent(name="uniform", base_model="uniform", backend="baseline"))
+
+
+@pytest.fixture(scope="module")
+def learner_db(workdir: Path) -> Iterator[str]:
+    """Another such database, holding an agent with a policy to train (its model is never
+    loaded: every case on it is refused first). Kept apart from `sentinel_db`, whose daily
+    cycle predicts with every agent."""
+    learner = Agent(name="learner", base_model=str(workdir / "model"), backend=BackendKind.LOCAL)
+    yield from _fresh_database(learner)
+
+
+def _fresh_database(agent: Agent) -> Iterator[str]:
     admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
     name = f"fw_cli_{uuid.uuid4().hex[:10]}"
     with admin.connect() as connection:
@@ -76,7 +89,7 @@ def sentinel_db() -> Iterator[str]:
     engine = make_engine(url)
     upgrade_database(engine)
     with session_scope(engine) as session:
-        ensure_agent(session, Agent(name="uniform", base_model="uniform", backend="baseline"))
+        ensure_agent(session, agent)
     engine.dispose()
     yield url
     with admin.connect() as connection:
@@ -89,7 +102,7 @@ def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cli-contract")
 
 
-def _cases(db: str, workdir: Path) -> dict[str, Case]:
+def _cases(db: str, workdir: Path, learner_db: str = "") -> dict[str, Case]:
     deep = workdir / "deep.json"
     deep.write_text("[" * 200_000 + "]" * 200_000)
     a_file = workdir / "a-file"
@@ -102,6 +115,16 @@ def _cases(db: str, workdir: Path) -> dict[str, Case]:
             ("predict", "--agent", "uniform", "--db", dead_db), 2, "cannot open the database"
         ),
         "--db notaurl": Case(("db", "upgrade", "--db", "notaurl"), 2, "not a usable database"),
+        "--db mysql://…": Case(
+            ("db", "upgrade", "--db", f"mysql://root:{SENTINEL}@127.0.0.1/fw"),
+            2,
+            "unsupported database scheme 'mysql'; the supported schemes are postgresql and sqlite",
+        ),
+        "--db in a missing folder": Case(
+            ("db", "upgrade", "--db", f"sqlite:///{workdir / 'no-such-folder' / 'x.db'}"),
+            2,
+            f"the folder {workdir / 'no-such-folder'} does not exist",
+        ),
         "resolve --manual unknown id": Case(
             ("resolve", "--manual", "99999", "--verdict", "yes", "--db", db),
             2,
@@ -139,6 +162,21 @@ def _cases(db: str, workdir: Path) -> dict[str, Case]:
         ),
         "predict --limit -1": Case(
             ("predict", "--agent", "uniform", "--limit", "-1", "--db", db), 2, "--limit"
+        ),
+        "train --learning-rate -1": Case(
+            ("train", "--agent", "uniform", "--learning-rate", "-1", "--db", db),
+            2,
+            "'--learning-rate': must be a number > 0",
+        ),
+        "train a baseline": Case(
+            ("train", "--agent", "crowd", "--db", learner_db),
+            2,
+            "crowd is a baseline (backend baseline) and has no policy to train",
+        ),
+        "train --kl-reference 99": Case(
+            ("train", "--agent", "learner", "--kl-reference", "99", "--db", learner_db),
+            2,
+            "KL reference v99: learner has versions v0–v0",
         ),
         "cycle with its only source unreachable": Case(
             ("orchestrate", "cycle", "--source", "manifold", "--as-of", "2026-02-01", "--db", db),
@@ -206,6 +244,8 @@ CASE_NAMES = [
     "unknown agent",
     "database down",
     "--db notaurl",
+    "--db mysql://…",
+    "--db in a missing folder",
     "resolve --manual unknown id",
     "--verdict maybe",
     "unwritable --json",
@@ -217,6 +257,9 @@ CASE_NAMES = [
     "predict --samples 0",
     "predict --samples -3",
     "predict --limit -1",
+    "train --learning-rate -1",
+    "train a baseline",
+    "train --kl-reference 99",
     "cycle with its only source unreachable",
     "unknown command",
 ]
@@ -238,10 +281,24 @@ def _check(case: Case, result: Ran) -> None:
 
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_misuse_prints_one_line_and_the_right_exit_code(
-    name: str, sentinel_db: str, workdir: Path, prefect_harness, capfd, monkeypatch
+    name: str, sentinel_db: str, learner_db: str, workdir: Path, prefect_harness, capfd, monkeypatch
 ) -> None:
-    case = _cases(sentinel_db, workdir)[name]
+    case = _cases(sentinel_db, workdir, learner_db)[name]
     _check(case, _in_process(case, workdir, capfd, monkeypatch))
+
+
+def test_a_sqlite_file_in_a_missing_folder_is_not_created_but_the_data_dir_is(
+    sentinel_db: str, workdir: Path, capfd, monkeypatch
+) -> None:
+    refused = _cases(sentinel_db, workdir)["--db in a missing folder"]
+    _check(refused, _in_process(refused, workdir, capfd, monkeypatch))
+    assert not (workdir / "no-such-folder").exists()
+
+    data_dir = workdir / "new" / "data"  # the default database: its folders are made
+    default = Case(("db", "upgrade"), 0, "", env={"FW_DATA_DIR": str(data_dir)})
+    made = _in_process(default, workdir, capfd, monkeypatch)
+    assert made.code == 0, made.stdout + made.stderr
+    assert (data_dir / "futureworld.db").is_file()
 
 
 @pytest.mark.parametrize("name", ["unknown agent", "harvest --source nosuch"])

@@ -6,6 +6,7 @@ table holds JSON documents only: a crafted pickle row runs nothing."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import socket
@@ -188,7 +189,7 @@ def _rows(engine) -> dict[str, bytes]:
 
 
 def test_the_job_table_holds_json_and_a_crafted_row_runs_nothing(
-    engine, db_url: str, tmp_path
+    engine, db_url: str, tmp_path, caplog
 ) -> None:
     scheduler = make_scheduler(db_url)
     scheduler.start(paused=True)
@@ -223,10 +224,19 @@ def test_the_job_table_holds_json_and_a_crafted_row_runs_nothing(
             )
     again = make_scheduler(db_url)
     again.start(paused=True)
+    caplog.clear()
     try:
-        assert [job.id for job in again.get_jobs(jobstore="default")] == [job_id(7, "close")]
+        with caplog.at_level(logging.WARNING):
+            assert [job.id for job in again.get_jobs(jobstore="default")] == [job_id(7, "close")]
         assert again.get_job("crafted-pickle") is None
     finally:
         again.shutdown(wait=False)
     assert not marker.exists()
     assert set(_rows(engine)) == {job_id(7, "close")}  # the unreadable rows were dropped
+    # one log line for each row removed, naming it and why, and no traceback
+    removed = {r.args[0]: r for r in caplog.records if "unreadable and removed" in r.msg}
+    assert set(removed) == {"crafted-pickle", "crafted-json", "crafted-id"}
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == list(removed.values())
+    for record in removed.values():
+        assert record.exc_info is None and "\n" not in record.getMessage()
+    assert "not a resolution check" in removed["crafted-id"].getMessage()
