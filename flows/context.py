@@ -137,6 +137,7 @@ class PipelineContext:
                 model_dir=Path(agent.base_model) if adapter is not None else checkpoint,
                 adapter_dir=adapter,
                 device=self.settings.device,
+                torch_threads=self.settings.torch_threads,
             )
         if version.version > 0 and adapter is None:
             # a full checkpoint is served by a server restarted on it (flows.stages.serving)

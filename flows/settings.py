@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     user_agent: str = "futureworld/0.1 (+https://github.com/futureworld)"
     device: str = "cpu"
     """Torch device for local generation and training: cpu, cuda, cuda:1 …"""
+    torch_threads: int | None = Field(default=None, ge=1)
+    """Torch intra-op threads of local generation and in-process training (FW_TORCH_THREADS);
+    unset: the cores this process may use (its CPU affinity), shared out among the processes
+    a job runs side by side (futureworld.torch_threads)."""
     judge_agent: str | None = None
     """Registered agent whose model judges generated questions after they close; unset:
     generated questions wait for `futureworld resolve --manual`."""

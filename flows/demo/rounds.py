@@ -27,6 +27,10 @@ from futureworld.policy.loading import BackendSpec, load_backend
 if TYPE_CHECKING:
     from flows.demo.config import DemoConfig
 
+ROUND_PROCESSES = 2
+"""Processes a round runs side by side: the cycle's (this one) and the panel scorer's; each
+takes its share of the cores for torch (futureworld.torch_threads)."""
+
 RoundPolicy = tuple[BackendSpec, GenerationSettings, int]
 """How to load a policy version, its sampling settings and its version number."""
 

@@ -21,7 +21,8 @@ so progress is visible in a log whether or not anyone watches a terminal.
 A round's panels are scored in a worker process while the next round's cycle runs
 (flows.demo.rounds): on 2 cores a round costs about the longer of the two rather than their
 sum. At most one panel is in flight; its log line is written when it finishes, one cycle
-later.
+later. Each of the two takes half the cores for torch's threads (FW_TORCH_THREADS overrides):
+torch's default of every core each would have them fight over the same two.
 
 `kinds` (`--kinds binary,choice,numeric`) has the world also pose choice and numeric questions
 (`kind_questions_per_day` of each a day): they are harvested, forecast, resolved and rewarded
@@ -72,9 +73,16 @@ from flows.demo.report import (
     round_metrics,
     write_report,
 )
-from flows.demo.rounds import RoundScores, panel_scorer, round_policy, score_round
+from flows.demo.rounds import (
+    ROUND_PROCESSES,
+    RoundScores,
+    panel_scorer,
+    round_policy,
+    score_round,
+)
 from flows.settings import Settings
 from futureworld.domain import Agent, BackendKind, QuestionKind
+from futureworld.torch_threads import torch_thread_count
 from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent
 
@@ -186,6 +194,11 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     )
     warm = supervised_finetune(ctx, LEARNER, demonstrations, config.warm_start)
     assert warm.to_version == WARM_START_VERSION, warm
+    # The warm start had the cores to itself; each round's cycle shares them with its panel
+    # scorer's process, the flows through FW_TORCH_THREADS, the scorer through the spec.
+    threads = torch_thread_count(workers=ROUND_PROCESSES, override=settings.torch_threads)
+    settings = settings.model_copy(update={"torch_threads": threads})
+    ctx = build_context(settings, engine, as_of=clock.now())
 
     panel = build_panel(panel_world, config.panel_questions)
     panels: list[PanelScore] = []
@@ -278,6 +291,8 @@ def _flow_environment(settings: Settings, server: Any) -> Iterator[None]:
         "FW_MANIFOLD_BASE_URL": server.manifold_base_url,
         "FW_HTTP_RATE_PER_S": "0",  # the world is on loopback: no politeness delay
     }
+    if settings.torch_threads is not None:
+        values["FW_TORCH_THREADS"] = str(settings.torch_threads)
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:

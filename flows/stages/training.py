@@ -52,6 +52,7 @@ from futureworld.domain import (
 )
 from futureworld.rewards import DEFAULT_REWARD, RewardFn, rewards_for_kind
 from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator, LossAggregation, TrainConfig
+from futureworld.torch_threads import set_torch_threads
 from storage.engine import run_transaction, session_scope
 from storage.repositories.agents import register_policy_version
 from storage.repositories.training import (
@@ -229,6 +230,10 @@ def _run_update(
         if len(pending) >= STEP_FLUSH_EVERY:
             flush_steps()
 
+    if nproc == 1:
+        # In this process: its torch threads are the cores it may use. torchrun's ranks set
+        # their own (futureworld.rl.distributed).
+        set_torch_threads(override=ctx.settings.torch_threads)
     try:
         result = train_policy(
             model_dir,

@@ -28,6 +28,9 @@ class BackendSpec:
     """The policy version's LoRA adapter; None samples the base model."""
     device: str = "cpu"
     """local only: torch device."""
+    torch_threads: int | None = None
+    """local only: torch intra-op threads of the process sampling; None: the cores it may use
+    (futureworld.torch_threads)."""
     base_url: str | None = None
     """openai only: the server root, e.g. http://127.0.0.1:8000."""
     served_model: str | None = None
@@ -46,7 +49,9 @@ class BackendSpec:
 
 
 def _load_local(spec: BackendSpec) -> PolicyBackend:
-    return LocalBackend.from_pretrained(spec.model_dir, spec.adapter_dir, device=spec.device)
+    return LocalBackend.from_pretrained(
+        spec.model_dir, spec.adapter_dir, device=spec.device, torch_threads=spec.torch_threads
+    )
 
 
 def _load_openai(spec: BackendSpec) -> PolicyBackend:

@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from futureworld.policy.base import Generation, SamplingParams, is_lora_adapter
 from futureworld.policy.batching import ContinuousBatch
 from futureworld.policy.streaming import generate_all
+from futureworld.torch_threads import set_torch_threads
 
 DEFAULT_MAX_BATCH_TOKENS = 262_144
 """Rows × the widest row's prompt + max_new_tokens per decode batch: about 7 GB of bf16
@@ -57,11 +58,15 @@ class LocalBackend:
         adapter_dir: Path | None = None,
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
+        torch_threads: int | None = None,
     ) -> LocalBackend:
-        """Load a local HF model directory, plus an optional peft LoRA adapter, offline."""
+        """Load a local HF model directory, plus an optional peft LoRA adapter, offline. The
+        process's torch threads become `torch_threads`, default the cores it may use
+        (futureworld.torch_threads)."""
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file():
             raise FileNotFoundError(f"{model_dir} is not a model directory (no config.json)")
+        set_torch_threads(override=torch_threads)
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True, dtype=dtype)
         name = f"local:{model_dir.name}"
