@@ -10,6 +10,8 @@ kind's own format, so parsing the text gives back the forecast.
 
 - crowd: the platform's P(yes), answer probabilities or quantiles at harvest
   (Question.crowd_probability / Question.crowd_forecast).
+- base rate: the posterior mean of P(yes) under a Beta prior, from the same source's outcomes
+  resolved before the cut-off, (yes + c/2) / (n + c) with c = BASE_RATE_PSEUDO_COUNT.
 - uniform: 0.5; 1/k for each of k options; the quantiles of a uniform distribution over the
   numeric range (on ln x for a log scale), lower + τ·(upper − lower).
 """
@@ -38,8 +40,8 @@ class Baseline(StrEnum):
     CROWD = "crowd"
     """The crowd / market forecast at the question's cut-off (every kind)."""
     BASE_RATE = "base-rate"
-    """The frequency of YES among binary questions of the same source resolved before the
-    cut-off (binary questions only)."""
+    """The smoothed frequency of YES among binary questions of the same source resolved
+    before the cut-off (`base_rate`; binary questions only)."""
     UNIFORM = "uniform"
     """0.5, equal option probabilities, or the uniform distribution over the numeric range."""
 
@@ -51,14 +53,28 @@ Forecast = float | tuple[float, ...] | None
 """P(yes) (binary), probabilities per option (choice), quantiles (numeric), or none."""
 
 
+BASE_RATE_PSEUDO_COUNT = 2.0
+"""c, the prior's weight in outcomes: a Beta(c/2, c/2) prior on a source's YES rate, mean 0.5.
+With c = 2 it is Beta(1, 1), the uniform prior (Laplace's rule of succession). The raw
+frequency forecast certainty (P = 0 or 1) from a single resolved outcome, the worst Brier
+score there is when the next one goes the other way; the prior keeps the rate inside (0, 1)
+and moves it off 0.5 only as a source's outcomes accumulate."""
+
+
 def base_rate(question: Question, history: ResolvedHistory) -> float:
-    """YES frequency of same-source outcomes resolved strictly before the cut-off; 0.5 if none."""
+    """Posterior mean of the YES rate of the question's source under the Beta(c/2, c/2) prior:
+
+        P(yes) = (yes + c/2) / (n + c),    c = BASE_RATE_PSEUDO_COUNT
+
+    over the n same-source outcomes resolved strictly before the cut-off, `yes` of them YES
+    (0.5 when n = 0; 1/3 after one NO with c = 2)."""
     values = [
         value
         for source, resolved_at, value in history
         if source == question.source and resolved_at < question.info_cutoff_at
     ]
-    return sum(values) / len(values) if values else 0.5
+    c = BASE_RATE_PSEUDO_COUNT
+    return (math.fsum(values) + c / 2) / (len(values) + c)
 
 
 def _base_rate(question: Question, history: ResolvedHistory) -> float | None:

@@ -1,5 +1,6 @@
 """Baselines on every question kind: the crowd's and the uniform forecast as trajectories
-whose answer text parses back to the same forecast; the base rate is binary-only."""
+whose answer text parses back to the same forecast; the base rate is binary-only and
+smoothed by a Beta prior."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from futureworld.agent.parsing import parse_final_answer
-from futureworld.baselines import BASELINES, Baseline, baseline_trajectory, uniform_quantiles
+from futureworld.baselines import (
+    BASE_RATE_PSEUDO_COUNT,
+    BASELINES,
+    Baseline,
+    base_rate,
+    baseline_trajectory,
+    uniform_quantiles,
+)
 from futureworld.domain import (
     QUANTILE_LEVELS,
     NumericSpec,
@@ -99,7 +107,39 @@ def test_uniform_quantiles_on_a_log_scale_are_uniform_on_ln_x() -> None:
 def test_the_base_rate_is_binary_only() -> None:
     history = [("sim", T0 - timedelta(days=1), 1.0), ("sim", T0 - timedelta(days=2), 0.0)]
     binary = _trajectory(_question(QuestionKind.BINARY), Baseline.BASE_RATE, history)
+    # One YES, one NO: (1 + 1) / (2 + 2).
     assert binary.p_yes == 0.5 and binary.parse_status is ParseStatus.OK
     for kind in (QuestionKind.CHOICE, QuestionKind.NUMERIC):
         t = _trajectory(_question(kind), Baseline.BASE_RATE, history)
         assert t.parse_status is ParseStatus.MISSING
+
+
+def _history(*values: float, source: str = "sim", days_before: int = 1):
+    return [(source, T0 - timedelta(days=days_before + i), v) for i, v in enumerate(values)]
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ((), 1 / 2),  # the prior mean: (0 + 1) / (0 + 2)
+        ((0.0,), 1 / 3),  # (0 + 1) / (1 + 2)
+        ((1.0,), 2 / 3),  # (1 + 1) / (1 + 2)
+        ((1.0, 1.0, 1.0, 0.0), 4 / 6),  # (3 + 1) / (4 + 2)
+        ((0.0,) * 8, 1 / 10),  # (0 + 1) / (8 + 2)
+    ],
+)
+def test_the_base_rate_is_the_laplace_smoothed_yes_frequency(values, expected) -> None:
+    assert BASE_RATE_PSEUDO_COUNT == 2.0  # Beta(1, 1): the hand computations below assume it
+    question = _question(QuestionKind.BINARY)
+    assert base_rate(question, _history(*values)) == pytest.approx(expected)
+
+
+def test_the_base_rate_counts_only_its_source_before_the_cut_off() -> None:
+    question = _question(QuestionKind.BINARY)
+    history = [
+        *_history(0.0),  # counted: sim, a day before the cut-off
+        ("sim", T0, 0.0),  # at the cut-off: not yet known
+        ("sim", T0 + timedelta(days=1), 0.0),
+        *_history(0.0, 0.0, source="other"),
+    ]
+    assert base_rate(question, history) == pytest.approx(1 / 3)
