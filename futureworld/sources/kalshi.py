@@ -5,7 +5,9 @@ GET /trade-api/v2/markets?limit=&cursor=&status=open returns {"markets": [...], 
 (an empty cursor ends paging); GET /trade-api/v2/markets/{ticker} returns {"market": {...}}.
 Prices come as integer cents (`last_price`, `yes_bid`) and as dollar strings
 (`last_price_dollars`, "0.5600"); the dollar fields win. Status `determined` may still
-change, only `finalized` (older API: `settled`) is final.
+change, only `finalized` (older API: `settled`) is final. A decided market resolves at the
+first of its settlement, expiration and close times that had passed when it was fetched
+(`resolution_time`), never at an expiration still to come (2099 for an open-ended market).
 
 Multivariate markets (combos/parlays: a `mve_collection_ticker` and the `mve_selected_legs`
 they bundle, `market_type` still "binary") are not forecastable questions of their own: the
@@ -224,20 +226,41 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
         outcome, value = OutcomeStatus.ANNULLED, None
     else:
         raise ValueError(f"status {status} with result {market.get('result')!r}")
-    resolved_at = (
-        from_iso(market.get("settlement_ts"))
-        or from_iso(market.get("expiration_time"))
-        or from_iso(market.get("close_time"))
-    )
     return payload_resolution(
         SOURCE,
         market,
         market["ticker"],
         (outcome, value),
-        resolved_at=resolved_at,
+        resolved_at=resolution_time(market, now=now),
         now=now,
         final=status in FINAL_STATUSES,
     )
+
+
+RESOLUTION_TIME_FIELDS = (
+    "settlement_ts",
+    "expiration_time",
+    "close_time",
+    "latest_expiration_time",
+)
+"""A decided market's times, most exact first; `resolution_time` takes the first that has
+passed: the payout; the expiration (for a decided market, when it expired); the end of trading
+(moved earlier when the market closes early), which the decision follows; the latest the
+market could have expired."""
+
+
+def resolution_time(market: dict[str, Any], *, now: datetime) -> datetime:
+    """When a decided market's outcome became known: the first of RESOLUTION_TIME_FIELDS that
+    is not after `now` (the fetch), else `now`, the instant it was seen decided.
+
+    A time after `now` says nothing of when the market was decided: an open-ended market
+    ("before 2030") that closes early keeps its expiration times at the far bound (2099), and a
+    market voided before its close has a close still to come."""
+    for name in RESOLUTION_TIME_FIELDS:
+        at = from_iso(market.get(name))
+        if at is not None and at <= now:
+            return at
+    return now
 
 
 def _scalar_outcome(market: dict[str, Any]) -> float:

@@ -101,3 +101,66 @@ def test_a_null_empty_or_wrongly_typed_title_or_ticker_is_refused_with_a_line_na
     assert "market 'KXCPI-26MAR-T2' is malformed: title is empty" in empty
     assert "market 'KXCPI-26MAR-T3' is malformed: title is not text (got int 7)" in number
     assert "market None is malformed: ticker is null" in no_ticker
+
+
+# Decided markets in the shape GET /markets/{ticker} returns them (its time fields and the
+# settlement timer), fetched at FETCHED. An open-ended market ("before 2030") closes early
+# when its event happens, and its expiration times stay at the far bound.
+FETCHED = datetime(2026, 5, 24, 6, 0, tzinfo=UTC)
+
+
+def recorded(ticker: str, **fields) -> dict:
+    return {
+        "ticker": ticker,
+        "event_ticker": ticker.rsplit("-", 1)[0],
+        "market_type": "binary",
+        "title": "Will SpaceX land a crewed Starship on Mars before 2030?",
+        "yes_sub_title": "Before 2030",
+        "can_close_early": True,
+        "created_time": "2025-01-13T01:51:41.778164Z",
+        "open_time": "2025-01-13T02:30:00Z",
+        "close_time": "2026-05-20T03:59:00Z",
+        "expected_expiration_time": "2099-12-31T15:00:00Z",
+        "expiration_time": "2099-12-31T15:00:00Z",
+        "latest_expiration_time": "2099-12-31T15:00:00Z",
+        "settlement_timer_seconds": 3600,
+        "last_price_dollars": "0.9900",
+        "status": "finalized",
+        "result": "yes",
+        **fields,
+    }
+
+
+def test_a_decided_market_resolves_at_its_settlement_else_its_last_passed_time(server, client):
+    payloads = {
+        # settlement_ts when given.
+        "S": recorded("KXMARS-30-S", settlement_ts="2026-05-20T15:00:00Z"),
+        # Settled without settlement_ts, its expirations at 2099: the (early) close.
+        "A": recorded("KXMARS-30-A"),
+        # Expired after its close, every time passed: the expiration.
+        "B": recorded(
+            "KXCPI-26APR-B",
+            close_time="2026-05-12T12:29:00Z",
+            expected_expiration_time="2026-05-12T14:00:00Z",
+            expiration_time="2026-05-12T14:00:00Z",
+            latest_expiration_time="2026-05-19T14:00:00Z",
+            result="no",
+        ),
+        # Voided early (close moved to the annulment), expirations at 2099: the close.
+        "V": recorded("KXMARS-30-V", result="void", close_time="2026-03-02T17:00:00Z"),
+        # Voided before it closed, every time in the future: when it was seen decided.
+        "W": recorded("KXMARS-30-W", result="void", close_time="2029-12-31T23:59:00Z"),
+    }
+    for ticker, payload in payloads.items():
+        server.route(f"{MARKETS}/{ticker}", [Reply(200, {"market": payload})])
+    result = kalshi.fetch_resolutions(client, server.base_url, list(payloads), now=FETCHED)
+    by_id = {r.external_id[-1]: r for r in result.resolutions}
+    assert result.errors == [] and set(by_id) == set(payloads)
+    assert by_id["S"].resolved_at == datetime(2026, 5, 20, 15, 0, tzinfo=UTC)
+    assert by_id["A"].resolved_at == datetime(2026, 5, 20, 3, 59, tzinfo=UTC)
+    assert (by_id["A"].status, by_id["A"].value) == (OutcomeStatus.RESOLVED, 1.0)
+    assert by_id["B"].resolved_at == datetime(2026, 5, 12, 14, 0, tzinfo=UTC)
+    assert by_id["V"].resolved_at == datetime(2026, 3, 2, 17, 0, tzinfo=UTC)
+    assert by_id["V"].status is OutcomeStatus.ANNULLED
+    assert by_id["W"].resolved_at == FETCHED and by_id["W"].status is OutcomeStatus.ANNULLED
+    assert all(r.resolved_at <= FETCHED for r in result.resolutions)
