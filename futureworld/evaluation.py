@@ -1,5 +1,11 @@
 """Evaluation: score groups of resolved binary forecasts, tabulate them, and plot them.
 
+The unit is the question: an agent's forecast of a question is the mean of its G rollouts'
+probabilities, an unparsed rollout counting as IMPUTED_P (ForecastBench imputes 0.5 for a
+missing forecast), so n, the bootstrap and every metric are over questions, and an agent whose
+answers do not parse is scored, not dropped. Each row also gives the parse rate and the
+expected Brier of a single sample (`sample_brier`: per-rollout scoring, reported apart).
+
 Owns per-group metric rows (Brier, log score, accuracy, ECE, skill vs crowd and base rate,
 Brier Index, bootstrap CI), the grouping every kind's table shares, the markdown score table,
 reliability diagrams and per-round line plots. Binary-only apart from the grouping and the
@@ -24,10 +30,26 @@ from futureworld import scoring
 GROUP_KEYS = ("agent", "policy_version", "source", "domain", "round")
 """Fields a score table can be grouped by."""
 
+IMPUTED_P = 0.5
+"""P(yes) counted for a rollout without an answer (unparsed, or a baseline with nothing to say),
+so failing to answer is scored as knowing nothing, never left out: ForecastBench's default
+imputation of a missing forecast (`impute_missing_forecasts`, src/resolve/_impute.py; only its
+own market baselines impute the market value instead)."""
+
+
+def question_forecast(samples: Sequence[float | None]) -> tuple[float, tuple[float, ...], int]:
+    """(the question's forecast, every sample's p with IMPUTED_P for an unparsed one, how many
+    were imputed) from a group's rollout answers (None: unparsed)."""
+    if not samples:
+        raise ValueError("a question forecast needs at least one rollout")
+    filled = tuple(IMPUTED_P if p is None else float(p) for p in samples)
+    return float(np.mean(filled)), filled, sum(p is None for p in samples)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ForecastRecord:
-    """One resolved binary forecast with its references."""
+    """One agent's resolved forecast of one binary question (its group of rollouts at one
+    forecast time), with its references."""
 
     agent: str
     policy_version: int | None
@@ -35,6 +57,7 @@ class ForecastRecord:
     source: str
     domain: str
     p_yes: float
+    """The question's forecast: the mean of its samples (`question_forecast`)."""
     y: float
     """The outcome, 1.0 or 0.0."""
     crowd_p: float | None = None
@@ -44,8 +67,19 @@ class ForecastRecord:
     round: int | None = None
     """Evaluation round (simulated day, training round), for per-round curves."""
     as_of: datetime | None = None
+    sample_p: tuple[float, ...] = ()
+    """Every rollout's P(yes), IMPUTED_P where it did not parse; () means one sample, p_yes."""
+    imputed: int = 0
+    """Rollouts whose answer did not parse (counted as IMPUTED_P)."""
+
+    @property
+    def samples(self) -> tuple[float, ...]:
+        return self.sample_p or (self.p_yes,)
 
     def __post_init__(self) -> None:
+        if not 0 <= self.imputed <= len(self.samples):
+            raise ValueError(f"forecast of {self.agent}: {self.imputed} imputed samples of "
+                             f"{len(self.samples)}")  # fmt: skip
         for name in ("p_yes", "crowd_p", "base_rate_p"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
@@ -62,6 +96,7 @@ class ScoreRow:
     policy_version: int | None
     source: str | None
     n: int
+    """Questions (forecasts of a question: a re-forecast counts again)."""
     brier: float
     """Lower is better."""
     log_score: float
@@ -75,6 +110,12 @@ class ScoreRow:
     brier_skill_vs_base_rate: float | None
     brier_index: float
     """100 · (1 − √Brier)."""
+    samples: int = 0
+    """Rollouts behind the n forecasts."""
+    parse_rate: float = 1.0
+    """Share of the samples whose answer parsed (the rest counted as IMPUTED_P)."""
+    sample_brier: float | None = None
+    """Expected Brier of one sample: the mean over rollouts of (p_i − y)², imputed included."""
     domain: str | None = None
     round: int | None = None
 
@@ -106,6 +147,8 @@ def score_group(
     p = np.array([r.p_yes for r in records], dtype=np.float64)
     y = np.array([r.y for r in records], dtype=np.float64)
     brier = scoring.brier(p, y)
+    samples = np.array([s for r in records for s in r.samples], dtype=np.float64)
+    sample_y = np.array([r.y for r in records for _ in r.samples], dtype=np.float64)
     ci = (
         scoring.bootstrap_ci((p - y) ** 2, np.mean, n_resamples=n_bootstrap, seed=seed)
         if n_bootstrap > 0
@@ -121,6 +164,9 @@ def score_group(
         "brier_skill_vs_crowd": _skill(p, y, [r.crowd_p for r in records]),
         "brier_skill_vs_base_rate": _skill(p, y, [r.base_rate_p for r in records]),
         "brier_index": scoring.brier_index(brier),
+        "samples": len(samples),
+        "parse_rate": 1 - sum(r.imputed for r in records) / len(samples),
+        "sample_brier": scoring.brier(samples, sample_y),
     }
 
 
@@ -188,8 +234,10 @@ def score_table_markdown(rows: Sequence[ScoreRow]) -> str:
     group_cols += [c for c in ("domain", "round") if any(getattr(r, c) is not None for r in rows)]
     metric_cols = [
         "n",
+        "parse_rate",
         "brier",
         "brier_ci",
+        "sample_brier",
         "log_score",
         "accuracy",
         "ece",
@@ -197,8 +245,9 @@ def score_table_markdown(rows: Sequence[ScoreRow]) -> str:
         "brier_skill_vs_base_rate",
         "brier_index",
     ]
+    headers = {"n": "n questions", "parse_rate": "parse rate", "sample_brier": "sample brier"}
     lines = [
-        "| " + " | ".join(group_cols + metric_cols) + " |",
+        "| " + " | ".join(group_cols + [headers.get(c, c) for c in metric_cols]) + " |",
         "|" + "---|" * len(group_cols) + "---:|" * len(metric_cols),
     ]
     for row in rows:
@@ -319,8 +368,8 @@ class ForecastBenchHeadline:
     ("overall", as the leaderboard averages the two) and the Brier Index 100·(1 − √Brier) of
     each. Not reproduced: the difficulty-adjusted Brier and the peer score, whose question
     effects are estimated from every leaderboard model's forecasts (not in the public
-    question and resolution sets), and the imputation of missing forecasts (market value,
-    0.5): only the forecasts made are scored."""
+    question and resolution sets). A missing forecast counts as IMPUTED_P, as ForecastBench
+    imputes it (the records carry it)."""
 
     agent: str
     policy_version: int | None

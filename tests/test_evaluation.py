@@ -16,6 +16,7 @@ from futureworld.evaluation import (
     metric_by_round,
     plot_metric_by_round,
     plot_reliability,
+    question_forecast,
     score_forecasts,
     score_table_markdown,
 )
@@ -102,6 +103,9 @@ def test_as_dict_has_the_documented_keys_and_is_json_ready() -> None:
         "brier_skill_vs_crowd",
         "brier_skill_vs_base_rate",
         "brier_index",
+        "samples",
+        "parse_rate",
+        "sample_brier",
     }
     assert isinstance(out["brier_ci"], list) and len(out["brier_ci"]) == 2
     assert json.loads(json.dumps(out)) == out
@@ -136,9 +140,11 @@ def test_score_table_markdown_lists_every_row() -> None:
     rows = score_forecasts(RECORDS, n_bootstrap=0)
     table = score_table_markdown(rows)
     lines = table.strip().splitlines()
-    assert lines[0].startswith("| agent | policy_version | source | n | brier |")
+    assert lines[0].startswith(
+        "| agent | policy_version | source | n questions | parse rate | brier |"
+    )
     assert len(lines) == 2 + len(rows)
-    assert "| a | 1 | all | 4 | 0.125 |" in table
+    assert "| a | 1 | all | 4 | 1.000 | 0.125 |" in table
     assert "—" in lines[2]  # fred has no crowd probability
 
 
@@ -160,3 +166,26 @@ def test_plot_metric_by_round_writes_a_png(tmp_path: Path) -> None:
         metric="brier",
     )
     assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_question_is_scored_once_on_the_mean_of_its_samples_with_unparsed_ones_as_a_half():
+    # G = 4 on one question (y = 1): answers 0.9, 0.7, unparsed, unparsed → p = (0.9 + 0.7 +
+    # 0.5 + 0.5) / 4 = 0.65; one question, so n = 1 and the bootstrap has one unit.
+    p, samples, imputed = question_forecast([0.9, 0.7, None, None])
+    assert (p, samples, imputed) == (0.65, (0.9, 0.7, 0.5, 0.5), 2)
+    with pytest.raises(ValueError, match="at least one rollout"):
+        question_forecast([])
+    first = _record(p, 1.0, sample_p=samples, imputed=imputed)
+    # A second question (y = 0) answered 0.2 and 0.4 by both of its two samples... and one
+    # question whose every sample failed: forecast 0.5, still scored.
+    second = _record(0.3, 0.0, sample_p=(0.2, 0.4))
+    failed = _record(0.5, 0.0, imputed=1)
+    [row] = score_forecasts([first, second, failed], by=("agent",), n_bootstrap=0)
+    assert (row.n, row.samples) == (3, 7)
+    assert row.parse_rate == pytest.approx(1 - 3 / 7)
+    assert row.brier == pytest.approx(((0.65 - 1) ** 2 + 0.3**2 + 0.5**2) / 3)
+    # The expected score of one sample: every rollout scored alone, imputed ones at 0.5.
+    per_sample = [(0.9 - 1) ** 2, (0.7 - 1) ** 2, 0.25, 0.25, 0.2**2, 0.4**2, 0.25]
+    assert row.sample_brier == pytest.approx(sum(per_sample) / 7)
+    with pytest.raises(ValueError, match="imputed"):
+        _record(0.5, 0.0, imputed=2)

@@ -29,7 +29,7 @@ from futureworld.domain import (
     QuestionKind,
     Trajectory,
 )
-from futureworld.evaluation import ForecastRecord, ScoreRow, score_forecasts
+from futureworld.evaluation import ForecastRecord, ScoreRow, question_forecast, score_forecasts
 from futureworld.evaluation_kinds import (
     ChoiceForecastRecord,
     ChoiceScoreRow,
@@ -66,9 +66,10 @@ def _made_by(forecast_as_of: datetime | None, as_of: datetime) -> bool:
 def forecast_records(
     ctx: PipelineContext, agent_names: Sequence[str] | None = None
 ) -> list[ForecastRecord]:
-    """One record per parsed binary rollout made by `ctx.as_of` whose question has a current
-    resolved outcome revealed by then, oldest first per agent; each carries the instant it
-    was forecast at (`as_of`)."""
+    """One record per forecast (an agent version's group of rollouts of a question at one
+    forecast time) made by `ctx.as_of` of a binary question with a current resolved outcome
+    revealed by then, oldest first per agent: p_yes is the mean of the group's rollouts, an
+    unparsed one counted as IMPUTED_P (`question_forecast`); each carries its `as_of`."""
     as_of = ctx.as_of
     wanted = None if not agent_names else set(agent_names)
     with session_scope(ctx.engine) as session:
@@ -78,26 +79,33 @@ def forecast_records(
         history = resolved_history(session, as_of=as_of)
         records: list[ForecastRecord] = []
         for agent in agents:
-            for forecast in forecasts_of(session, agent.id):
+            groups: dict[tuple[int, int, datetime | None], list[float | None]] = {}
+            for forecast in forecasts_of(session, agent.id):  # oldest first: dicts keep it
                 if not _made_by(forecast.as_of, as_of):
                     continue
-                question = questions.get(forecast.question_id)
                 outcome = outcomes.get(forecast.question_id)
-                if question is None or outcome is None or forecast.p_yes is None:
+                if forecast.question_id not in questions or outcome is None:
                     continue
                 if outcome.status is not OutcomeStatus.RESOLVED:
                     continue
+                key = (forecast.question_id, forecast.policy_version, forecast.as_of)
+                groups.setdefault(key, []).append(forecast.p_yes)
+            for (question_id, version, made_at), answers in groups.items():
+                question = questions[question_id]
+                p_yes, sample_p, imputed = question_forecast(answers)
                 records.append(
                     ForecastRecord(
                         agent=agent.name,
-                        policy_version=forecast.policy_version,
+                        policy_version=version,
                         source=question.source,
                         domain=question.domain,
-                        p_yes=forecast.p_yes,
-                        y=float(outcome.value),
+                        p_yes=p_yes,
+                        y=float(outcomes[question_id].value),
                         crowd_p=question.crowd_probability,
                         base_rate_p=base_rate(question, history),
-                        as_of=forecast.as_of,
+                        as_of=made_at,
+                        sample_p=sample_p if len(sample_p) > 1 else (),
+                        imputed=imputed,
                     )
                 )
     return records

@@ -125,3 +125,63 @@ def test_evaluate_scores_numeric_rollouts_on_the_unit_axis(engine, tmp_path) -> 
     # 15 has three quantiles of the first answer under it, one of the second
     assert row.pit_counts == (0, 1, 0, 1, 0, 0)
     assert row.crps_skill_vs_crowd is not None
+
+
+def test_evaluate_counts_questions_and_scores_an_agent_whose_answers_never_parse(
+    engine, tmp_path
+) -> None:
+    """G = 3 rollouts of 2 binary questions: n is 2 questions, each forecast the mean of its
+    rollouts with an unparsed one as 0.5; an agent none of whose answers parse is scored at 0.5
+    with parse rate 0, not dropped from the table."""
+    common = {"created_at": CUTOFF, "info_cutoff_at": CUTOFF, "close_at": CUTOFF + timedelta(1)}
+    with session_scope(engine) as session:
+        upsert_questions(
+            session,
+            [
+                Question(source="sim", external_id=f"b{i}", title=f"Will {i}?", **common)
+                for i in (0, 1)
+            ],
+        )
+        ids = [q.id for q in sorted(list_questions(session), key=lambda q: q.external_id)]
+        agents = [
+            ensure_agent(session, Agent(name=name, base_model="m", backend="local"))
+            for name in ("mixed", "mute")
+        ]
+        answers = {"mixed": [[0.9, 0.6, None], [0.2, None, None]], "mute": [[None] * 3] * 2}
+        insert_rollouts(
+            session,
+            [
+                Trajectory(
+                    question_id=question_id,
+                    agent_id=agent.id,
+                    policy_version=1,
+                    sample_index=s,
+                    p_yes=p,
+                    parse_status=ParseStatus.OK if p is not None else ParseStatus.MISSING,
+                    as_of=CUTOFF,
+                )
+                for agent in agents
+                for question_id, group in zip(ids, answers[agent.name], strict=True)
+                for s, p in enumerate(group)
+            ],
+        )
+        record_outcomes(
+            session,
+            [
+                Outcome(
+                    question_id=question_id,
+                    revision=1,
+                    status=OutcomeStatus.RESOLVED,
+                    value=y,
+                    resolved_at=CUTOFF + timedelta(days=2),
+                )
+                for question_id, y in zip(ids, (1.0, 0.0), strict=True)
+            ],
+        )
+    evaluation = evaluate(make_context(engine, tmp_path, as_of=CUTOFF + timedelta(days=2)))
+    rows = {r.agent: r for r in evaluation.rows if r.source is None}
+    mixed, mute = rows["mixed"], rows["mute"]
+    assert (mixed.n, mixed.samples, mixed.parse_rate) == (2, 6, pytest.approx(3 / 6))
+    p0, p1 = (0.9 + 0.6 + 0.5) / 3, (0.2 + 0.5 + 0.5) / 3
+    assert mixed.brier == pytest.approx(((p0 - 1) ** 2 + p1**2) / 2)
+    assert (mute.n, mute.parse_rate, mute.brier) == (2, 0.0, 0.25)

@@ -40,7 +40,7 @@ def test_crowd_round_trips_through_a_forecastbench_file(db_url: str, tmp_path) -
     scores = tmp_path / "scores.json"
     cli("evaluate", "--json", str(scores), "--db", db_url)
     evaluated = json.loads(scores.read_text())
-    crowd = next(r for r in evaluated["rows"] if r["agent"] == "crowd" and r["source"] is None)
+    [headline] = [h for h in evaluated["forecastbench"] if h["agent"] == "crowd"]
 
     out = tmp_path / "2025-10-26.FutureWorld.1.json"
     printed = cli(
@@ -56,13 +56,17 @@ def test_crowd_round_trips_through_a_forecastbench_file(db_url: str, tmp_path) -
     assert all(f["resolution_date"] is None for f in forecasts)  # the crowd: markets only
 
     rescored = score_forecast_file(out.read_text(), RESOLUTIONS.read_text(), out.name)
-    assert rescored.n == crowd["n"] == 112
-    assert math.isclose(rescored.brier, crowd["brier"], rel_tol=1e-12)
+    # The file holds the crowd's market forecasts: its score is the crowd's market Brier here.
+    # Evaluate also counts the 977 dataset questions the crowd has no forecast of, at 0.5 (as
+    # ForecastBench imputes a missing forecast), so its overall is the equal-weight mean.
+    assert rescored.n == headline["n_market"] == 112
+    assert math.isclose(rescored.brier, headline["brier_market"], rel_tol=1e-12)
     assert rescored.by_source["manifold"][0] == 23
     assert round(rescored.by_source["polymarket"][1], 4) == 0.0206
-    [headline] = [h for h in evaluated["forecastbench"] if h["agent"] == "crowd"]
-    assert math.isclose(headline["brier_overall"], rescored.brier, rel_tol=1e-12)
-    assert math.isclose(headline["brier_index"], 100 * (1 - math.sqrt(rescored.brier)))
+    assert headline["n_dataset"] == 977 and headline["brier_dataset"] == 0.25
+    overall = (rescored.brier + 0.25) / 2
+    assert math.isclose(headline["brier_overall"], overall, rel_tol=1e-12)
+    assert math.isclose(headline["brier_index"], 100 * (1 - math.sqrt(overall)))
 
     # The uniform forecaster covers dataset questions too: one entry per resolution date.
     out_uniform = tmp_path / "uniform.json"
