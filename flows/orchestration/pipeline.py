@@ -50,7 +50,8 @@ TRAIN_TAG = "futureworld-train"
 """Tag-based concurrency limit on training tasks: one trainer per accelerator."""
 IO_RETRY_DELAYS_S = [10, 60]
 DAILY_TRAIN = TrainOptions(min_groups=8)
-"""The daily cycle's update: train once eight completed groups wait."""
+"""The daily cycle's update: train once eight completed groups wait; a LoRA adapter or all
+weights as the agent's serving allows (`lora` unset: an adapter for an agent on a vLLM server)."""
 
 
 def _run_name(prefix: str) -> Callable[[], str]:
@@ -237,7 +238,8 @@ def replay_and_train_flow(
     """Replay the agent's completed groups into one staleness-corrected update (on
     `train.nproc` processes) and register the new policy version, then make the agent's
     server sample its newest version; trains nothing while fewer than `train.min_groups`
-    groups are complete."""
+    groups are complete. `train.lora` unset trains an adapter for an agent on a vLLM server,
+    which the serve step loads without a restart (flows.stages.lineage.lora_for)."""
     with _open(as_of) as ctx:
         report = train_task(ctx, agent, train)
         if report is None:

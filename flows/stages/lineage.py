@@ -8,6 +8,8 @@ parent, the update's π_prox and the version staleness is measured against. A KL
 anchors to the agent's base model, version 0, unless the update names another registered full
 model (e.g. the supervised warm start); for LoRA it is always the base under the adapter.
 A baseline agent (crowd, base rate, uniform) has no policy, so nothing of it is trained.
+An update that does not say whether it trains a LoRA adapter continues its parent's kind, and
+from the base model trains an adapter for an agent on a vLLM server (`lora_for`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flows.context import PipelineContext
-from futureworld.domain import Agent, PolicyVersion
+from futureworld.domain import Agent, BackendKind, PolicyVersion
 from futureworld.policy.base import is_lora_adapter
 from futureworld.rl.config import Estimator, TrainConfig
 from storage.engine import session_scope
@@ -26,6 +28,19 @@ class LineageError(ValueError):
     """An update names a version or checkpoint the agent cannot train from or anchor to (not
     registered, changed since registration, LoRA where a full model is needed or the
     reverse): the caller's to fix, found before any training."""
+
+
+def lora_for(agent: Agent, parent: PolicyVersion, lora: bool | None) -> bool:
+    """Whether an update of `parent` trains a LoRA adapter: `lora` when the caller chose;
+    otherwise what `parent` is (an adapter goes on as an adapter, a fully fine-tuned model as
+    a full model), and from the base model (v0) an adapter for an agent on a vLLM server (the
+    HTTP backend: an adapter is loaded into the running server, a full model needs the server
+    restarted on it) and all weights for a local agent."""
+    if lora is not None:
+        return lora
+    if is_lora_adapter(Path(parent.checkpoint_path)):
+        return True
+    return parent.version == 0 and agent.backend is BackendKind.OPENAI
 
 
 def model_and_adapter(agent: Agent, current: PolicyVersion, lora: bool) -> tuple[Path, Path | None]:

@@ -18,6 +18,10 @@ Either way the step then waits until GET /health answers and GET /v1/models list
 not list, so a skipped or failed serve step stops predict instead of mislabelling rollouts.
 Re-running the step is safe: a name the server already lists is left alone (no second
 adapter load, no restart), so the step runs before every predict at the cost of one GET.
+
+An update whose version could not be served is refused before it trains (`check_servable`):
+a full-weights version of an HTTP agent without a restart command would be registered, fail
+here, and leave predict refusing the agent until someone serves it by hand.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from flows.context import PipelineContext
-from futureworld.domain import BackendKind
+from flows.stages.lineage import LineageError
+from futureworld.domain import Agent, BackendKind
 
 if TYPE_CHECKING:  # the HTTP backend loads transformers: only when an agent needs it
     from futureworld.policy.openai_http import OpenAIHttpBackend
@@ -58,6 +63,25 @@ class ServeReport:
     """The name the server samples the version under (None for local agents)."""
     waited_s: float = 0.0
     """Seconds until the server listed the version."""
+
+
+class NotServableError(LineageError):
+    """An update would register a version the agent's server cannot be made to serve; found
+    before any training. A LineageError, so every entrance reports it as the caller's to fix."""
+
+
+def check_servable(ctx: PipelineContext, agent: Agent, *, lora: bool) -> None:
+    """Refuse a full-weights update of an agent on a vLLM server (the HTTP backend) when no
+    restart command is configured: the serve step could not put its version on the server.
+    A LoRA version is loaded into the running server; a local agent needs no server."""
+    if agent.backend is not BackendKind.OPENAI or lora or ctx.settings.serve_restart_command:
+        return
+    raise NotServableError(
+        f"{agent.name} is served by the vLLM server at {agent.base_url}: a full-weights version "
+        "needs that server restarted on it, and FW_SERVE_RESTART_COMMAND is not set; set it "
+        "(e.g. 'infra/vllm/restart.sh {checkpoint} {served_name}') or train a LoRA adapter "
+        "(`futureworld train --lora`, or lora: true in the train options)"
+    )
 
 
 def serve_current_version(ctx: PipelineContext, agent_name: str) -> ServeReport:

@@ -9,7 +9,10 @@ checkpoint directory left behind by such a crash is moved aside, never registere
 
 LoRA adapters are always trained over the agent's base model, so an adapter version can be
 served by vLLM next to the base weights; switching an agent from full fine-tuning to LoRA
-is refused with a clear error.
+is refused with a clear error. Unless an update says, it continues its parent's kind, and from
+the base model trains an adapter for an agent on a vLLM server (`lineage.lora_for`). An update
+whose version the serve step could not put on the agent's server (all weights, no
+FW_SERVE_RESTART_COMMAND) is refused before it trains (`serving.check_servable`).
 
 Which weights an update starts from, which AdamW state it continues and which reference its
 KL penalty uses are decided in `flows.stages.lineage`.
@@ -34,11 +37,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from flows.context import PipelineContext
 from flows.stages.lineage import (
     continued_optimizer,
+    lora_for,
     model_and_adapter,
     reference_version,
     registered_version,
 )
 from flows.stages.provisional import with_provisional_groups
+from flows.stages.serving import check_servable
 from flows.stages.training_lock import one_update_per_agent
 from futureworld.domain import (
     Agent,
@@ -84,8 +89,10 @@ class TrainOptions(BaseModel):
     kind_rewards: tuple[RewardFn, ...] = ()
     """Rewards of other question kinds also trained on (e.g. rlcr, crps next to brier): each
     question trains on its own kind's reward. At most one reward per kind, in all."""
-    lora: bool = False
-    """Train a LoRA adapter over the base model instead of all weights."""
+    lora: bool | None = None
+    """Train a LoRA adapter over the base model instead of all weights; None: the parent
+    version's kind, and from the base model an adapter for an agent on a vLLM server (served
+    without a restart), all weights for a local one (`flows.stages.lineage.lora_for`)."""
     learning_rate: float = TrainConfig.learning_rate
     ppo_epochs: int = TrainConfig.ppo_epochs
     groups_per_step: int = TrainConfig.groups_per_step
@@ -131,11 +138,12 @@ class TrainOptions(BaseModel):
         """Every reward the update trains on: `reward_fn`, then `kind_rewards`."""
         return (self.reward_fn, *self.kind_rewards)
 
-    def train_config(self, *, device: str | None) -> TrainConfig:
+    def train_config(self, *, device: str | None, lora: bool) -> TrainConfig:
+        """The trainer's config of this update; `lora` decided (`lora_for`)."""
         return TrainConfig(
             estimator=self.estimator,
             reward_fn=self.reward_fn,
-            lora=self.lora,
+            lora=lora,
             learning_rate=self.learning_rate,
             ppo_epochs=self.ppo_epochs,
             groups_per_step=self.groups_per_step,
@@ -301,12 +309,14 @@ def replay_and_train(
     `resume_from` is given. `resume_from` must be a registered checkpoint of the agent: the
     update trains from it and records it as the new version's parent.
     """
-    config = options.train_config(device=ctx.settings.device)
     agent = ctx.agent(agent_name)
     current = ctx.current_version(agent)
     parent = (
         current if resume_from is None else registered_version(ctx, agent, current, resume_from)
     )
+    lora = lora_for(agent, parent, options.lora)
+    check_servable(ctx, agent, lora=lora)
+    config = options.train_config(device=ctx.settings.device, lora=lora)
     with session_scope(ctx.engine) as session:
         batches = [
             select_replay_batch(
@@ -403,11 +413,13 @@ def supervised_finetune(
     options: TrainOptions,
 ) -> TrainReport:
     """SFT on given trajectories (warm start, distillation): weight 1 on mask-1 tokens."""
-    config = options.model_copy(update={"estimator": Estimator.SFT}).train_config(
-        device=ctx.settings.device
-    )
     agent = ctx.agent(agent_name)
     current = ctx.current_version(agent)
+    lora = lora_for(agent, current, options.lora)
+    check_servable(ctx, agent, lora=lora)
+    config = options.model_copy(update={"estimator": Estimator.SFT}).train_config(
+        device=ctx.settings.device, lora=lora
+    )
     run_config = {"train": config.to_json(), "sft_examples": len(trajectories)}
     run, result, version = _run_update(
         ctx,

@@ -2,8 +2,10 @@
 into the running server, or restarts the server (infra/vllm/restart.sh) on a full checkpoint
 under the version's name and waits for it; predict then samples that version, every request
 names it and every rollout records it; a version the server does not serve is refused
-before anything is sampled. The server is the loopback completions server with vLLM's API
-shape, recording which model each request named."""
+before anything is sampled. An update whose version could not be served (all weights, no
+restart command) is refused before it trains, and the replay-and-train flow trains an
+adapter for an HTTP agent unless told otherwise. The server is the loopback completions
+server with vLLM's API shape, recording which model each request named."""
 
 from __future__ import annotations
 
@@ -12,24 +14,45 @@ import shutil
 import signal
 import socket
 from datetime import timedelta
+from inspect import signature
 from pathlib import Path
 
 import pytest
+import yaml
 from peft import LoraConfig, get_peft_model
+from sqlalchemy import func, select
 from transformers import AutoModelForCausalLM
+from typer.testing import CliRunner
 
+from flows.cli import app
+from flows.orchestration.pipeline import DAILY_TRAIN, replay_and_train_flow
+from flows.stages.backfilling import backfill_rewards
 from flows.stages.predicting import predict
-from flows.stages.serving import ServeAction, serve_current_version
+from flows.stages.serving import NotServableError, ServeAction, serve_current_version
+from flows.stages.training import TrainOptions, replay_and_train, supervised_finetune
 from futureworld.domain import Agent, BackendKind, PolicyVersion, Question
+from futureworld.policy.base import is_lora_adapter
 from futureworld.policy.local import LocalBackend
 from futureworld.policy.openai_http import NotServingError
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.checkpoints import checkpoint_sha256
-from storage.engine import session_scope
-from storage.repositories.agents import ensure_agent, get_agent, register_policy_version
+from storage.engine import make_engine, session_scope, upgrade_database
+from storage.repositories.agents import (
+    ensure_agent,
+    get_agent,
+    latest_policy_version,
+    register_policy_version,
+)
 from storage.repositories.questions import upsert_questions
 from storage.repositories.rollouts import rollouts_for
-from tests.flows.conftest import CUTOFF, GENERATION, make_context
+from storage.tables import TrainingRunRow
+from tests.flows.conftest import (
+    CUTOFF,
+    GENERATION,
+    RESOLVED_AT,
+    make_context,
+    resolve_every_question,
+)
 from tests.policy.completions_server import ServerState, serve_completions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,3 +193,72 @@ def test_a_full_checkpoint_without_a_restart_command_is_refused_naming_the_setti
     _register(engine, 1, tmp_path / "v1")
     with pytest.raises(ValueError, match="FW_SERVE_RESTART_COMMAND is not set"):
         serve_current_version(make_context(engine, tmp_path), "remote")
+
+
+def _training_runs(engine) -> int:
+    with session_scope(engine) as session:
+        return session.scalar(select(func.count()).select_from(TrainingRunRow))
+
+
+def test_a_full_weights_update_of_an_http_agent_without_a_restart_command_is_refused_first(
+    engine, db_url: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Registered, it could never be served and predict would refuse the agent from then on:
+    refused before a training run starts, with one line that says how to fix it."""
+    _setup(engine, tiny_model, f"http://127.0.0.1:{_free_port()}")
+    ctx = make_context(engine, tmp_path)
+    how = r"FW_SERVE_RESTART_COMMAND is not set; set it .* or train a LoRA adapter"
+    with pytest.raises(NotServableError, match=how):
+        replay_and_train(ctx, "remote", TrainOptions(lora=False))
+    with pytest.raises(NotServableError, match=how):
+        supervised_finetune(ctx, "remote", [], TrainOptions(lora=False))
+    assert _training_runs(engine) == 0
+    assert not (tmp_path / "checkpoints" / "remote" / "v1").exists()
+
+    result = CliRunner().invoke(app, ["train", "--agent", "remote", "--db", db_url])
+    assert result.exit_code == 2, result.output
+    (line,) = [text for text in result.output.splitlines() if text.strip()]
+    assert "FW_SERVE_RESTART_COMMAND" in line and "--lora" in line, line
+    with session_scope(engine) as session:
+        agent = get_agent(session, "remote")
+        assert latest_policy_version(session, agent.id).version == 0
+    assert _training_runs(engine) == 0
+
+
+def test_the_replay_and_train_deployment_leaves_lora_to_the_agent() -> None:
+    deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+    (replay,) = [d for d in deployments if d["name"] == "replay-and-train"]
+    assert TrainOptions(**replay["parameters"]["train"]).lora is None
+    assert DAILY_TRAIN.lora is None
+    assert signature(replay_and_train_flow.fn).parameters["train"].default.lora is None
+
+
+def test_replay_and_train_flow_trains_an_http_agent_as_an_adapter_the_server_then_serves(
+    prefect_harness, tiny_model: Path, tmp_path: Path, monkeypatch
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'fw.db'}"
+    monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("FW_DB_URL", db_url)
+    monkeypatch.delenv("FW_SERVE_RESTART_COMMAND", raising=False)
+    engine = make_engine(db_url)
+    upgrade_database(engine)
+    state = ServerState(backend=LocalBackend.from_pretrained(tiny_model), served_name="model")
+    with serve_completions(state) as url:
+        _setup(engine, tiny_model, url)
+        ctx = make_context(engine, tmp_path)
+        predict(ctx, "remote", samples=3)
+        resolve_every_question(engine)
+        backfill_rewards(ctx.at(RESOLVED_AT))
+        report = replay_and_train_flow(
+            agent="remote",
+            as_of=RESOLVED_AT.isoformat(),
+            train=TrainOptions(min_groups=1, learning_rate=1e-3),
+        )
+        assert report is not None and report.to_version == 1
+        assert is_lora_adapter(Path(report.checkpoint_path))
+        assert state.adapters == {"remote-v1": report.checkpoint_path}
+        _questions(engine, range(2, 4))  # open as of RESOLVED_AT
+        predicted = predict(ctx.at(RESOLVED_AT), "remote", samples=1)
+    assert (predicted.policy_version, predicted.rollouts) == (1, 2)
+    assert _backends(engine, 1) == {f"openai:{url}/remote-v1"}
+    engine.dispose()
