@@ -111,7 +111,7 @@ class BaselineForecaster:
         self._version = version.version
         self._as_of = ctx.as_of
         with session_scope(ctx.engine) as session:
-            self._history = resolved_history(session)
+            self._history = resolved_history(session, as_of=ctx.as_of)
 
     def run(
         self, work: Iterable[Work], on_group: OnGroup, on_failure: OnFailure, on_note: OnNote

@@ -106,6 +106,15 @@ def backtest_command(
         int | None, typer.Option(min=1, help="At most this many questions per cycle.")
     ] = None,
     reference: Annotated[str, typer.Option(help="Agent each round is paired against.")] = "crowd",
+    fallback_reference: Annotated[
+        str,
+        typer.Option(
+            "--fallback-reference",
+            help="Agent paired with a question the reference has no forecast of (a dataset "
+            "question has no crowd): base-rate (the smoothed base rate of its source), uniform "
+            "(0.5), or none (left out, counted).",
+        ),
+    ] = "base-rate",
     out: Annotated[
         Path | None, typer.Option("--out", help="Report folder (default: reports/backtest-AGENT).")
     ] = None,
@@ -126,12 +135,15 @@ def backtest_command(
             samples=samples,
             limit=limit,
             reference=reference,
+            fallback_reference=None if fallback_reference == "none" else fallback_reference,
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
     with cli_context(db) as ctx:
         require_agent(ctx, agent)
         require_agent(ctx, reference)
+        if options.fallback_reference is not None:
+            require_agent(ctx, options.fallback_reference)
         folder = out or ctx.reports_dir / f"backtest-{agent}"
         if folder.exists() and not folder.is_dir():
             raise UserError(f"--out {folder}: is a file; give a folder")
@@ -147,9 +159,17 @@ def backtest_command(
     for r in report.rounds:
         if r.brier is not None:
             console.print(
-                f"round {r.round} ({r.clock.date()}): n={r.n} Brier {r.brier:.4f} vs "
-                f"{report.reference} {r.reference_brier:.4f} (difference {r.difference:+.4f})"
+                f"round {r.round} ({r.clock.date()}): n={r.n} ({r.against_reference} vs "
+                f"{report.reference}, {r.against_fallback} vs {report.fallback_reference}) "
+                f"Brier {r.brier:.4f} vs {r.reference_brier:.4f} "
+                f"(difference {r.difference:+.4f})"
             )
+    c = report.coverage
+    console.print(
+        f"scored {c.against_reference + c.against_fallback} of {c.resolved} resolved questions; "
+        f"left out: {c.not_forecast} never forecast, {c.not_binary} not binary, "
+        f"{c.no_reference} without a reference forecast, {c.no_answer} without an answer"
+    )
     console.print(f"report: {folder}")
 
 

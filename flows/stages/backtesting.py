@@ -5,26 +5,34 @@ Each simulated day at 00:00 UTC (the clock T), through the same stages as live o
 backfill the rewards of outcomes revealed by T (resolved_at <= T), train the agent on the
 groups whose outcomes are revealed by T (every `train_every` days, agents with a trainable
 policy), then forecast every question open at T (storage.repositories.questions: posed by T,
-not closed, no outcome revealed) with the agent and the reference (the crowd). Search runs as
-of each question's cut-off, which is never after T. Nothing revealed after T reaches a
-forecast or an update: openness, backfill and replay all read the clock.
+not closed, no outcome revealed) with the agent, the reference (the crowd) and the fallback
+reference (the base rate). Search runs as of each question's cut-off, which is never after T.
+Nothing revealed after T reaches a forecast or an update: openness, backfill and replay all
+read the clock.
 
 Decisions: harvesting and resolving are not replayed (the history is already imported; the
 clock reveals its outcomes). Rounds are scored at the end against the outcomes revealed by the
 last clock, pairing each round's agent forecasts with the reference's forecasts of the same
 questions (futureworld.scoring.paired_bootstrap_difference, resampling questions); a round
-whose questions have not resolved yet has no score. Re-running a backtest over the same days
-is idempotent (each stage is): questions already forecast by the current version are skipped.
+whose questions have not resolved yet has no score. A question the reference has no forecast
+of (a dataset question has no crowd probability) is paired with the fallback reference's
+forecast instead (by default the smoothed base rate of its source, futureworld.baselines), so
+every resolved binary question the agent forecast is scored; each round and the report count
+how many were paired with which, and what was left out and why (`LeftOut`, `Coverage`).
+Re-running a backtest over the same days is idempotent (each stage is): questions already
+forecast by the current version are skipped.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+
+from sqlalchemy.orm import Session
 
 from flows.context import PipelineContext
 from flows.stages.backfilling import backfill_rewards
@@ -57,6 +65,11 @@ class BacktestOptions:
     """At most this many questions forecast per cycle (keeps tiny runs small)."""
     reference: str = "crowd"
     """The agent every round is paired against."""
+    fallback_reference: str | None = "base-rate"
+    """The agent paired with a question the reference has no forecast of (a dataset question
+    has no crowd probability): "base-rate" (the smoothed YES rate of the question's source,
+    futureworld.baselines.base_rate) or "uniform" (0.5); None leaves such questions out,
+    counted as `no_reference`."""
     train: TrainOptions = field(default_factory=TrainOptions)
 
     def __post_init__(self) -> None:
@@ -76,6 +89,40 @@ class BacktestOptions:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """The questions of a round's agent forecasts that no score covers, by the first reason
+    that applies, and the rollouts dropped from the scored ones."""
+
+    unresolved: int = 0
+    """No resolved outcome revealed by the last clock (still open, or annulled)."""
+    not_binary: int = 0
+    """Choice and numeric questions: the backtest scores P(yes) by Brier."""
+    no_reference: int = 0
+    """Neither the reference nor the fallback reference has a forecast of it."""
+    no_answer: int = 0
+    """None of the agent's rollouts of it parsed."""
+    unparsed_rollouts: int = 0
+    """The agent's rollouts without a parsed answer of otherwise scored questions (and of the
+    no_answer ones): dropped."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Every question with a resolved outcome revealed by the last clock, each counted once:
+    scored in some round against the reference or the fallback, or left out and why."""
+
+    resolved: int = 0
+    against_reference: int = 0
+    against_fallback: int = 0
+    not_forecast: int = 0
+    """The agent forecast it in no round of this run (it closed or resolved before the first
+    clock, it was past the limit, or an earlier run had forecast it)."""
+    not_binary: int = 0
+    no_reference: int = 0
+    no_answer: int = 0
+
+
+@dataclass(frozen=True)
 class BacktestRound:
     round: int
     clock: datetime
@@ -90,8 +137,14 @@ class BacktestRound:
     training_run_id: int | None
     n: int = 0
     """Questions of this round scored (resolved by the last clock) with a reference forecast."""
+    against_reference: int = 0
+    """Of n, the questions paired with the reference's own forecast."""
+    against_fallback: int = 0
+    """Of n, the questions paired with the fallback reference's (the reference had none)."""
+    left_out: LeftOut = field(default_factory=LeftOut)
     brier: float | None = None
     reference_brier: float | None = None
+    """The Brier of the paired reference forecasts (the reference's and the fallback's)."""
     difference: float | None = None
     """brier − reference_brier (negative: the agent beat the reference)."""
     difference_ci: tuple[float, float] | None = None
@@ -103,6 +156,8 @@ class BacktestReport:
     reference: str
     rounds: list[BacktestRound]
     out_dir: Path | None
+    fallback_reference: str | None = None
+    coverage: Coverage = field(default_factory=Coverage)
 
 
 def run_backtest(
@@ -116,6 +171,8 @@ def run_backtest(
     report folder (metrics.json, report.md, plots) to `out_dir` when given."""
     agent = ctx.agent(options.agent)
     ctx.agent(options.reference)
+    if options.fallback_reference is not None:
+        ctx.agent(options.fallback_reference)
     assert agent.id is not None
     rounds: list[BacktestRound] = []
     made: dict[int, set[int]] = {}
@@ -128,8 +185,9 @@ def run_backtest(
             trained = replay_and_train(day, agent.name, options.train)
         before = _rollout_ids(ctx, agent.id)
         report = predict(day, agent.name, samples=options.samples, limit=options.limit)
-        if options.reference != agent.name:
-            predict(day, options.reference, samples=1)
+        for reference in dict.fromkeys((options.reference, options.fallback_reference)):
+            if reference is not None and reference != agent.name:
+                predict(day, reference, samples=1)
         made[index] = _rollout_ids(ctx, agent.id) - before
         result = BacktestRound(
             round=index,
@@ -144,10 +202,12 @@ def run_backtest(
         if on_round is not None:
             on_round(result)
     last = options.clocks()[-1]
-    rounds = _score_rounds(ctx, options, rounds, made, last)
+    rounds, coverage = _score_rounds(ctx, options, rounds, made, last)
     if out_dir is not None:
-        write_backtest_report(out_dir, options, rounds)
-    return BacktestReport(agent.name, options.reference, rounds, out_dir)
+        write_backtest_report(out_dir, options, rounds, coverage)
+    return BacktestReport(
+        agent.name, options.reference, rounds, out_dir, options.fallback_reference, coverage
+    )
 
 
 def _rollout_ids(ctx: PipelineContext, agent_id: int) -> set[int]:
@@ -161,10 +221,10 @@ def _score_rounds(
     rounds: list[BacktestRound],
     made: dict[int, set[int]],
     last: datetime,
-) -> list[BacktestRound]:
-    """Each round's binary agent forecasts against the reference's of the same questions,
-    with the outcomes revealed by the last clock."""
-    agent, reference_agent = ctx.agent(options.agent), ctx.agent(options.reference)
+) -> tuple[list[BacktestRound], Coverage]:
+    """Each round's binary agent forecasts against the reference's of the same questions (the
+    fallback's where the reference has none), with the outcomes revealed by the last clock."""
+    agent = ctx.agent(options.agent)
     with session_scope(ctx.engine) as session:
         outcomes = {
             qid: float(o.value)
@@ -176,36 +236,102 @@ def _score_rounds(
             for q in list_questions(session, ids=sorted(outcomes))
             if q.kind is QuestionKind.BINARY
         }
-        reference = {
-            f.question_id: f.p_yes
-            for f in forecasts_of(session, reference_agent.id)
-            if f.p_yes is not None and f.question_id in binary
-        }
-        mine = [
-            (f.rollout_id, f.question_id, f.p_yes)
-            for f in forecasts_of(session, agent.id)
-            if f.p_yes is not None and f.question_id in reference
-        ]
-    scored = []
+        reference = _p_yes_by_question(session, ctx.agent(options.reference).id, binary)
+        fallback = (
+            {}
+            if options.fallback_reference is None
+            else _p_yes_by_question(session, ctx.agent(options.fallback_reference).id, binary)
+        )
+        mine = [(f.rollout_id, f.question_id, f.p_yes) for f in forecasts_of(session, agent.id)]
+    paired = {**fallback, **reference}  # the reference's own forecast wins
+    scored: list[BacktestRound] = []
+    reasons: dict[int, str] = {}  # each question's most covered reason over the rounds
     for r in rounds:
-        after = [(q, p, outcomes[q]) for rid, q, p in mine if rid in made[r.round]]
+        rows = [(q, p) for rid, q, p in mine if rid in made[r.round]]
+        after, left_out, why = pair_forecasts(rows, outcomes, binary, paired)
+        for q, reason in why.items():
+            reasons[q] = min(reasons.get(q, reason), reason, key=_REASONS.index)
         questions = sorted({q for q, _, _ in after})
-        before = [(q, reference[q], outcomes[q]) for q in questions]
         if not after:
-            scored.append(r)
+            scored.append(replace(r, left_out=left_out))
             continue
+        before = [(q, paired[q], outcomes[q]) for q in questions]
         diff = paired_bootstrap_difference(before, after, brier)
         scored.append(
             replace(
                 r,
                 n=len(questions),
+                against_reference=sum(q in reference for q in questions),
+                against_fallback=sum(q not in reference for q in questions),
+                left_out=left_out,
                 brier=_brier_of(after),
                 reference_brier=_brier_of(before),
                 difference=diff.difference,
                 difference_ci=diff.ci,
             )
         )
-    return scored
+    for q in outcomes.keys() - reasons.keys():
+        reasons[q] = "not_forecast"
+    counts = {reason: sum(v == reason for v in reasons.values()) for reason in _REASONS}
+    coverage = Coverage(
+        resolved=len(outcomes),
+        against_reference=sum(v == "scored" and q in reference for q, v in reasons.items()),
+        against_fallback=sum(v == "scored" and q not in reference for q, v in reasons.items()),
+        not_forecast=counts["not_forecast"],
+        not_binary=counts["not_binary"],
+        no_reference=counts["no_reference"],
+        no_answer=counts["no_answer"],
+    )
+    return scored, coverage
+
+
+_REASONS = ("scored", "no_answer", "no_reference", "not_binary", "unresolved", "not_forecast")
+"""Why a question is (not) scored, most covered first: a question scored in one round and not
+in another counts as scored."""
+
+
+def pair_forecasts(
+    rows: Sequence[tuple[int, float | None]],
+    outcomes: dict[int, float],
+    binary: set[int],
+    paired: dict[int, float],
+) -> tuple[list[tuple[int, float, float]], LeftOut, dict[int, str]]:
+    """A round's agent rollouts (question, p_yes or None) as scored (question, p, y) rows,
+    what was left out, and each question's reason (`_REASONS`). A question is scored when it
+    has a resolved outcome (`outcomes`), is binary, has a reference forecast (`paired`) and at
+    least one parsed rollout."""
+    answered = {q for q, p in rows if p is not None}
+    why: dict[int, str] = {}
+    for q, _ in rows:
+        if q not in outcomes:
+            why[q] = "unresolved"
+        elif q not in binary:
+            why[q] = "not_binary"
+        elif q not in paired:
+            why[q] = "no_reference"
+        else:
+            why[q] = "scored" if q in answered else "no_answer"
+    after = [(q, p, outcomes[q]) for q, p in rows if why[q] == "scored" and p is not None]
+    left_out = LeftOut(
+        unresolved=sum(v == "unresolved" for v in why.values()),
+        not_binary=sum(v == "not_binary" for v in why.values()),
+        no_reference=sum(v == "no_reference" for v in why.values()),
+        no_answer=sum(v == "no_answer" for v in why.values()),
+        unparsed_rollouts=sum(p is None and why[q] in ("scored", "no_answer") for q, p in rows),
+    )
+    return after, left_out, why
+
+
+def _p_yes_by_question(
+    session: Session, agent_id: int | None, binary: set[int]
+) -> dict[int, float]:
+    """The agent's newest parsed P(yes) of each of the binary questions."""
+    assert agent_id is not None
+    return {
+        f.question_id: f.p_yes
+        for f in forecasts_of(session, agent_id)
+        if f.p_yes is not None and f.question_id in binary
+    }
 
 
 def _brier_of(rows: list[tuple[int, float, float]]) -> float:
@@ -213,19 +339,24 @@ def _brier_of(rows: list[tuple[int, float, float]]) -> float:
 
 
 def write_backtest_report(
-    out_dir: Path, options: BacktestOptions, rounds: list[BacktestRound]
+    out_dir: Path, options: BacktestOptions, rounds: list[BacktestRound], coverage: Coverage
 ) -> Path:
-    """metrics.json, report.md and the Brier-by-round plot, in the demo's report format."""
+    """metrics.json, report.md and the Brier-by-round plot, in the demo's report format; each
+    names its reference and fallback and counts what was paired with which and what was left
+    out."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    reference, fallback = options.reference, options.fallback_reference
     metrics = {
         "agent": options.agent,
-        "reference": options.reference,
+        "reference": reference,
+        "fallback_reference": fallback,
         "start": options.start.isoformat(),
         "end": options.end.isoformat(),
         "step_days": options.step_days,
         "train_every": options.train_every,
         "samples": options.samples,
         "limit": options.limit,
+        "coverage": asdict(coverage),
         "rounds": [
             {**asdict(r), "clock": r.clock.isoformat(), "difference_ci": r.difference_ci}
             for r in rounds
@@ -235,13 +366,19 @@ def write_backtest_report(
     scored = [r for r in rounds if r.brier is not None]
     series = {
         options.agent: [(r.round, r.brier) for r in scored],
-        options.reference: [(r.round, r.reference_brier) for r in scored],
+        reference: [(r.round, r.reference_brier) for r in scored],
     }
     plot_metric_by_round(
         series, out_dir / "brier_by_round.png", metric="Brier", title="Brier by round (paired)"
     )
+    stand_in = (
+        f"is paired with {fallback}'s forecast instead"
+        if fallback is not None
+        else "is left out (no fallback reference)"
+    )
+    c = coverage
     lines = [
-        f"# Backtest: {options.agent} against {options.reference}",
+        f"# Backtest: {options.agent} against {reference}",
         "",
         f"{options.start} to {options.end}, every {options.step_days} day(s); training every "
         f"{options.train_every} cycle(s); G = {options.samples}; limit {options.limit}.",
@@ -249,9 +386,21 @@ def write_backtest_report(
         "(outcomes revealed by the last clock); the interval is the 95% paired bootstrap of "
         "the difference.",
         "",
-        "| round | clock | version | forecasts | trained to | n | Brier | reference | "
-        "difference | 95% CI |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        f"Reference: {reference}. A question it has no forecast of (a dataset question has no "
+        f"crowd probability) {stand_in}; the reference column is the Brier of the paired "
+        "forecasts, both kinds together.",
+        "",
+        f"Coverage: of {c.resolved} questions resolved by the last clock, "
+        f"{c.against_reference + c.against_fallback} were scored ({c.against_reference} "
+        f"against {reference}, {c.against_fallback} against {fallback or '—'}); left out: "
+        f"{c.not_forecast} never forecast in this run, {c.not_binary} not binary, "
+        f"{c.no_reference} without a reference forecast, {c.no_answer} without a parsed "
+        "answer.",
+        "",
+        f"| round | clock | version | forecasts | trained to | n | vs {reference} | "
+        f"vs {fallback or 'fallback'} | Brier | reference | difference | 95% CI | "
+        "unresolved | not binary | no reference | no answer | unparsed rollouts |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in rounds:
         ci = (
@@ -259,10 +408,14 @@ def write_backtest_report(
             if r.difference_ci is None
             else f"[{r.difference_ci[0]:+.4f}, {r.difference_ci[1]:+.4f}]"
         )
+        out = r.left_out
         lines.append(
             f"| {r.round} | {r.clock.date()} | {r.policy_version} | {r.forecasts} | "
-            f"{'—' if r.trained_to is None else r.trained_to} | {r.n} | {_f(r.brier)} | "
-            f"{_f(r.reference_brier)} | {_f(r.difference, signed=True)} | {ci} |"
+            f"{'—' if r.trained_to is None else r.trained_to} | {r.n} | "
+            f"{r.against_reference} | {r.against_fallback} | {_f(r.brier)} | "
+            f"{_f(r.reference_brier)} | {_f(r.difference, signed=True)} | {ci} | "
+            f"{out.unresolved} | {out.not_binary} | {out.no_reference} | {out.no_answer} | "
+            f"{out.unparsed_rollouts} |"
         )
     lines += ["", "![Brier by round](brier_by_round.png)", ""]
     (out_dir / "report.md").write_text("\n".join(lines))
