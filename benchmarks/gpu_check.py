@@ -37,7 +37,7 @@ from futureworld.policy.local import LocalBackend
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.batch import PackedRow, pack_trajectories
 from futureworld.rl.config import TrainConfig
-from futureworld.rl.distributed import RowLogprobs, StepForward
+from futureworld.rl.parallel import RowLogprobs, StepForward
 from futureworld.rl.step import frozen_logprobs, train_step
 
 H200_BF16_DENSE_FLOPS = 989e12

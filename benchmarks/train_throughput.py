@@ -36,8 +36,8 @@ from futureworld.rl.batch import (
     plan_steps,
 )
 from futureworld.rl.config import TrainConfig
-from futureworld.rl.distributed import World, shard_steps
 from futureworld.rl.forward import forwarded_positions
+from futureworld.rl.parallel import World, shard_steps
 from futureworld.rl.trainer import frozen_logprobs, train_step
 
 VOCAB = 4096

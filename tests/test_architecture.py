@@ -41,3 +41,35 @@ def test_the_application_floor_is_organised_by_job() -> None:
         if "@flow(" in p.read_text() or "@task(" in p.read_text()
     ]
     assert decorated == ["flows/orchestration/pipeline.py"]
+
+
+def _import_cycles(package: str) -> list[list[str]]:
+    """Every cycle a depth-first walk of the package's run-time import graph meets (imports
+    inside functions included, TYPE_CHECKING imports excluded)."""
+    import grimp
+
+    graph = grimp.build_graph(package, exclude_type_checking_imports=True, cache_dir=None)
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        path.append(module)
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if state.get(imported) == 1:
+                cycles.append([*path[path.index(imported) :], imported])
+            elif imported not in state:
+                visit(imported, path)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph.modules):
+        if module not in state:
+            visit(module, [])
+    return cycles
+
+
+def test_the_core_package_has_no_import_loop() -> None:
+    """No module of futureworld/ imports one that imports it back, at module level or inside
+    a function (the trainer's launcher, its loop and its step once formed such a loop)."""
+    assert _import_cycles("futureworld") == []

@@ -195,7 +195,7 @@ def _run_update(
 ) -> tuple[TrainingRun, TrainResult, PolicyVersion]:
     """Trains `parent` (default: `current`, the newest) into version current + 1; a KL
     penalty anchors to version `kl_version`."""
-    from futureworld.rl.trainer import train_policy
+    from futureworld.rl.launch import train
 
     engine = ctx.engine
     parent = parent or current
@@ -240,10 +240,10 @@ def _run_update(
 
     if nproc == 1:
         # In this process: its torch threads are the cores it may use. torchrun's ranks set
-        # their own (futureworld.rl.distributed).
+        # their own (futureworld.rl.launch).
         set_torch_threads(override=ctx.settings.torch_threads)
     try:
-        result = train_policy(
+        result = train(
             model_dir,
             items,
             config,

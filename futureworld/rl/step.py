@@ -2,7 +2,7 @@
 
 `train_step` sums the gradients of a step's packed micro-batches under one normaliser and
 takes one clipped AdamW step; with N ranks it also sums the step's counts and metrics over
-them (futureworld.rl.distributed). `frozen_logprobs` computes π_prox (and π_ref) once per
+them (futureworld.rl.parallel). `frozen_logprobs` computes π_prox (and π_ref) once per
 update. The loop around them is `futureworld.rl.trainer.train_policy`.
 """
 
@@ -12,15 +12,16 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from futureworld.rl.batch import PackedRow
 from futureworld.rl.config import TrainConfig
-from futureworld.rl.distributed import StepForward, padding_row
 from futureworld.rl.forward import forwarded_positions, token_logprobs
 from futureworld.rl.losses import OBJECTIVES, LossInputs, step_normalizer, summarize_metrics
+from futureworld.rl.parallel import StepForward, padding_row
 
 
 def recompute_temperature(config: TrainConfig) -> float:
@@ -54,6 +55,15 @@ def frozen_logprobs(
     return out
 
 
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one `train_step` did."""
+
+    metrics: dict[str, float]
+    stopped: bool = False
+    """The step was not taken: its KL to π_prox was over `max_kl_prox` (the update ends)."""
+
+
 def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -62,12 +72,12 @@ def train_step(
     *,
     forward: StepForward | None = None,
     spare: PackedRow | None = None,
-) -> dict[str, float]:
+) -> StepOutcome:
     """One optimiser step: the gradients of micro-batches `rows` (each with logp_prox set)
     summed, then one clipped AdamW step; returns the step's metrics, among them `kl_prox`,
     the k3 estimate of KL(π_prox ‖ π_θ) per loss-mask token before the step. When it exceeds
-    `config.max_kl_prox` the step is not taken and the metrics are {"stopped": 1, "kl_prox"}:
-    the update ends there (PPO's target KL).
+    `config.max_kl_prox` the step is not taken (`stopped`, metrics {"kl_prox"}): the update
+    ends there (PPO's target KL).
 
     The keep mask (M2PO's "batch") and the normaliser N are decided over the whole step,
     N from the loss-mask tokens before any is rejected, so the accumulated gradient equals
@@ -133,7 +143,7 @@ def train_step(
     kl_prox = world.sum_floats([kl_prox])[0] / max(mask_tokens, 1)
     if config.max_kl_prox is not None and kl_prox > config.max_kl_prox:
         optimizer.zero_grad(set_to_none=True)
-        return {"stopped": 1.0, "kl_prox": kl_prox}
+        return StepOutcome(metrics={"kl_prox": kl_prox}, stopped=True)
     params = [p for p in model.parameters() if p.requires_grad]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
     optimizer.step()
@@ -149,15 +159,17 @@ def train_step(
     tokens, positions, n_rows = world.sum_floats(
         [sum(r.num_tokens for r in rows), sum(forwarded_positions(r) for r in rows), len(rows)]
     )
-    return {
-        "loss": loss_total,
-        **summarize_metrics(sums),
-        "grad_norm": grad_norm,
-        "tokens_per_s": tokens / elapsed,
-        "kl_prox": kl_prox,
-        "rows": n_rows,
-        "positions": positions,  # token positions the step's forwards computed
-    }
+    return StepOutcome(
+        metrics={
+            "loss": loss_total,
+            **summarize_metrics(sums),
+            "grad_norm": grad_norm,
+            "tokens_per_s": tokens / elapsed,
+            "kl_prox": kl_prox,
+            "rows": n_rows,
+            "positions": positions,  # token positions the step's forwards computed
+        }
+    )
 
 
 _SUM_KEYS = ("mask_tokens", "kept_tokens", "kl_behaviour", "chi2", "entropy")

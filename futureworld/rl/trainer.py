@@ -6,7 +6,7 @@ touches a database: the caller registers the returned checkpoint.
 
 The same loop runs in 1 or N processes (`nproc`, or inside a process group torchrun made).
 Scale-out is torch's DistributedDataParallel, launched by torchrun (futureworld.rl.
-distributed): each rank trains on its share of every step's whole groups, DDP all-reduces the
+launch): each rank trains on its share of every step's whole groups, DDP all-reduces the
 gradients, and the step's normaliser is the global loss-mask token count, so N ranks take the
 step one process would. DDP rather than FSDP2 because it is exact and simple for what this
 pipeline trains on one node (policies up to a few billion parameters, LoRA beyond): every
@@ -41,14 +41,7 @@ from futureworld.rl.checkpoints import (
     save_checkpoint,
 )
 from futureworld.rl.config import Estimator, Objective, TrainConfig
-from futureworld.rl.distributed import (
-    RankHook,
-    StepForward,
-    TrainingJob,
-    World,
-    launch_training,
-    shard_steps,
-)
+from futureworld.rl.parallel import RankHook, StepForward, World, shard_steps
 from futureworld.rl.sampling import check_sampling
 from futureworld.rl.step import frozen_logprobs, recompute_temperature, train_step
 
@@ -150,7 +143,6 @@ def train_policy(
     reference_dir: Path | str | None = None,
     on_step: StepCallback | None = None,
     on_save: Callable[[Path], None] | None = None,
-    nproc: int = 1,
     rank_hook: RankHook | None = None,
 ) -> TrainResult:
     """Trains the policy at `model_dir` (+ `adapter_dir`) on `rollouts`; writes `output_dir`.
@@ -162,33 +154,12 @@ def train_policy(
     call's learning rate, betas and weight decay. `reference_dir` is the KL reference of full
     fine-tuning (the agent's base model); LoRA's reference is the base under the adapter.
 
-    `nproc` > 1 runs this call on that many local processes under torchrun and returns rank
-    0's result (`on_step` is then called afterwards, with rank 0's per-step metrics; `on_save`
-    and `rank_hook` must be picklable). Inside a process group every rank calls this function
-    itself; `rank_hook(rank, step)` runs on each after every optimiser step.
+    Inside a process group (futureworld.rl.launch starts one) every rank calls this function
+    itself on the same arguments; `rank_hook(rank, step)` runs on each after every step.
     """
     model_dir, output_dir = Path(model_dir), Path(output_dir)
-    if nproc < 1:
-        raise ValueError(f"nproc must be >= 1, got {nproc}")
     require_free_target(output_dir)
     world = World.current()
-    if nproc > 1 and not world.distributed:
-        job = TrainingJob(
-            model_dir=model_dir,
-            rollouts=tuple(rollouts),
-            config=config,
-            output_dir=output_dir,
-            adapter_dir=Path(adapter_dir) if adapter_dir else None,
-            resume_from=Path(resume_from) if resume_from else None,
-            reference_dir=Path(reference_dir) if reference_dir else None,
-            on_save=on_save,
-            rank_hook=rank_hook,
-        )
-        launched: TrainResult = launch_training(job, nproc)
-        for metrics in launched.metrics:
-            if on_step is not None:
-                on_step(int(metrics["step"]), metrics)
-        return launched
     if world.distributed and config.m2po_tau is not None:
         raise ValueError(
             "M2PO (m2po_tau) decides its mask over every token of a step, which no single "
@@ -264,8 +235,9 @@ def train_policy(
     stopped = False
     for epoch in range(config.ppo_epochs):
         for step in steps:
-            metrics = train_step(model, optimizer, step.rows, config, forward=forward, spare=spare)
-            if metrics.get("stopped"):
+            outcome = train_step(model, optimizer, step.rows, config, forward=forward, spare=spare)
+            metrics = outcome.metrics
+            if outcome.stopped:
                 log.warning(
                     "update stopped early before step %d: KL to π_prox %.4f > max_kl_prox %s",
                     global_step + 1,

@@ -21,7 +21,7 @@ from storage.engine import session_scope
 from storage.repositories.agents import get_agent, get_policy_version, latest_policy_version
 from storage.repositories.training import train_steps
 from storage.tables import ReplayConsumptionRow, TrainingRunRow
-from tests.flows.conftest import make_context
+from tests.flows.conftest import RESOLVED_AT, make_context
 
 
 def _count(engine, table) -> int:
@@ -88,7 +88,7 @@ def test_a_killed_rank_fails_the_run_and_registers_nothing(
     engine, db_url: str, scored_tiny_agent, tmp_path
 ) -> None:
     scored_tiny_agent(db_url, tmp_path)
-    ctx = make_context(engine, tmp_path)
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     options = TrainOptions(learning_rate=1e-3, nproc=2)
     stop, killed = threading.Event(), []
     killer = threading.Thread(target=_kill_one_rank, args=(stop, killed), daemon=True)

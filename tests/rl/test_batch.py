@@ -14,8 +14,8 @@ from futureworld.rl.batch import (
     packing_stats,
     plan_steps,
 )
-from futureworld.rl.distributed import World, shard_steps
 from futureworld.rl.forward import forwarded_positions, token_logprobs
+from futureworld.rl.parallel import World, shard_steps
 from tests.rl.rl_builders import make_rollout
 
 

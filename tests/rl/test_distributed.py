@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from futureworld.rl.config import TrainConfig
-from futureworld.rl.distributed import World, split_groups
+from futureworld.rl.launch import train
+from futureworld.rl.parallel import World, split_groups
 from futureworld.rl.trainer import train_policy
 from tests.rl.rl_builders import make_rollout, sample_rollouts
 
@@ -63,7 +64,7 @@ def test_two_processes_take_the_same_update_as_one(tiny_model_dir, tmp_path):
     data = _scored(tiny_model_dir, groups=7)  # steps of 3, 3 and 1 groups
     one = train_policy(tiny_model_dir, data, CONFIG, tmp_path / "one")
     steps: list[tuple[int, dict[str, float]]] = []
-    two = train_policy(
+    two = train(
         tiny_model_dir,
         data,
         CONFIG,
@@ -101,7 +102,7 @@ def test_two_process_lora_update_equals_one_process(tiny_model_dir, tmp_path):
         learning_rate=1e-2, micro_batch_tokens=8, groups_per_step=3, precision="fp32", lora=True
     )
     one = train_policy(tiny_model_dir, data, config, tmp_path / "one")
-    two = train_policy(tiny_model_dir, data, config, tmp_path / "two", nproc=2)
+    two = train(tiny_model_dir, data, config, tmp_path / "two", nproc=2)
     a = load_file(str(one.checkpoint_path / "adapter_model.safetensors"))
     b = load_file(str(two.checkpoint_path / "adapter_model.safetensors"))
     for name in a:
@@ -117,9 +118,7 @@ def die_on_rank_one(rank: int, step: int) -> None:
 def test_a_rank_that_dies_fails_the_run_and_leaves_no_checkpoint(tiny_model_dir, tmp_path):
     data = _scored(tiny_model_dir, groups=6)
     with pytest.raises(RuntimeError, match="distributed training on 2 processes failed"):
-        train_policy(
-            tiny_model_dir, data, CONFIG, tmp_path / "v1", nproc=2, rank_hook=die_on_rank_one
-        )
+        train(tiny_model_dir, data, CONFIG, tmp_path / "v1", nproc=2, rank_hook=die_on_rank_one)
     assert not (tmp_path / "v1").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base"]
 
@@ -128,5 +127,5 @@ def test_m2po_is_refused_inside_a_process_group_before_training(tiny_model_dir, 
     data = _scored(tiny_model_dir, groups=2)
     config = TrainConfig(m2po_tau=0.04, groups_per_step=2, precision="fp32")
     with pytest.raises(RuntimeError, match="M2PO"):
-        train_policy(tiny_model_dir, data, config, tmp_path / "v1", nproc=2)
+        train(tiny_model_dir, data, config, tmp_path / "v1", nproc=2)
     assert not (tmp_path / "v1").exists()

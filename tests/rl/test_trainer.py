@@ -385,7 +385,7 @@ def _step_gradient(model_dir: Path, rollouts, config: TrainConfig):
     rows = list(step.rows)
     prox = frozen_logprobs(model, rows, config)
     rows = [dataclasses.replace(r, logp_prox=p) for r, p in zip(rows, prox, strict=True)]
-    metrics = train_step(model, torch.optim.SGD(model.parameters(), lr=0.0), rows, config)
+    metrics = train_step(model, torch.optim.SGD(model.parameters(), lr=0.0), rows, config).metrics
     return {n: p.grad.clone() for n, p in model.named_parameters()}, metrics
 
 
