@@ -321,7 +321,7 @@ class _HttpStream:
 
 
 def _generation_from_choice(choice: dict[str, Any]) -> Generation:
-    """Token ids from `token_ids` (vLLM ≥ 0.10) or from "token_id:N" logprob tokens."""
+    """Token ids from `token_ids` (vLLM ≥ 0.10.2) or from "token_id:N" logprob tokens."""
     logprobs = choice["logprobs"]
     token_logprobs = [float(x) for x in logprobs["token_logprobs"]]
     token_ids = choice.get("token_ids")
