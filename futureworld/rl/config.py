@@ -46,9 +46,31 @@ class Objective(StrEnum):
     """Which loss the update minimises (see `futureworld.rl.losses.OBJECTIVES`)."""
 
     DECOUPLED_PPO = "decoupled_ppo"
-    """Clipped, importance-weighted policy gradient on advantages."""
+    """Importance-weighted policy gradient on advantages; `policy_loss` picks the surrogate."""
     SFT = "sft"
     """Negative log-likelihood of the generated tokens."""
+
+
+class PolicyLoss(StrEnum):
+    """The surrogate of the decoupled objective (see `futureworld.rl.losses.POLICY_LOSSES`).
+
+    Each one shares the keep mask (rejection, M2PO), the truncated behaviour weight
+    w = min(π_prox/μ, C), the k3 penalty to the reference and the step normaliser; only the
+    term in r_t = π_θ/π_prox differs.
+    """
+
+    PPO_CLIP = "ppo_clip"
+    """−w · min(r A, clip(r, 1 − clip_low, 1 + clip_high) A): PPO (Schulman et al. 2017) with
+    DAPO's clip-higher (Yu et al. 2025, arXiv:2503.14476)."""
+    CISPO = "cispo"
+    """−w · sg(clip(r, 1 − cispo_clip_low, 1 + cispo_clip_high)) · A · log π_θ: the IS weight is
+    clipped, no token loses its gradient (MiniMax-M1; MiniMax 2025, arXiv:2506.13585)."""
+    GSPO = "gspo"
+    """Sequence ratio s_i = exp(mean_t log r_t), clipped per rollout, one loss per rollout
+    (Zheng et al. 2025, arXiv:2507.18071); needs `sequence_mean` aggregation."""
+    KL_COV = "kl_cov"
+    """−w · r A, plus kl_cov_coef · |log r| on the top kl_cov_fraction of tokens by
+    Cov(log π_θ, A) (Cui et al. 2025, "The Entropy Mechanism of RL", arXiv:2505.22617)."""
 
 
 class LossAggregation(StrEnum):
@@ -61,6 +83,10 @@ class LossAggregation(StrEnum):
     CONSTANT = "constant"
     """Σ ℓ_t / (rollouts in the step × `normalizer_tokens_per_rollout`): a constant per
     rollout, so no length bias (Dr. GRPO; Liu et al. 2025, arXiv:2503.20783)."""
+    SEQUENCE_MEAN = "sequence_mean"
+    """Σ ℓ_t / rollouts in the step: the mean over rollouts of each rollout's summed terms.
+    GSPO's terms carry 1/|y_i|, so this is its per-sequence mean (Zheng et al. 2025); for a
+    per-token loss it is the per-rollout token sum (`constant` with L = 1)."""
 
 
 class Precision(StrEnum):
@@ -100,10 +126,26 @@ class TrainConfig:
     budget, the most completion tokens a rollout can have."""
     ppo_epochs: int = 1
     """Passes over the update's data; π_prox stays frozen across them."""
+    policy_loss: PolicyLoss = PolicyLoss.PPO_CLIP
+    """Surrogate of the RL update: ppo_clip, cispo, gspo or kl_cov (SFT ignores it)."""
     clip_low: float = 0.2
-    """Lower PPO clip: r_t is clipped at 1 − clip_low."""
+    """ε_low of `ppo_clip`: r_t is clipped at 1 − clip_low."""
     clip_high: float = 0.28
-    """Upper PPO clip ("clip-higher", DAPO; Yu et al. 2025): r_t clipped at 1 + clip_high."""
+    """ε_high of `ppo_clip` ("clip-higher", DAPO; Yu et al. 2025): r_t clipped at 1 + clip_high."""
+    cispo_clip_low: float = 1.0
+    """ε_low^IS of `cispo`: the IS weight is clipped below at 1 − this; 1 leaves it unbounded
+    below, as MiniMax-M1 does (it tunes only the upper bound)."""
+    cispo_clip_high: float = 0.28
+    """ε_high^IS of `cispo`: the IS weight is clipped above at 1 + this."""
+    gspo_clip_low: float = 3e-4
+    """ε_low of `gspo`: s_i clipped at 1 − this (3e-4, GSPO's §5.1)."""
+    gspo_clip_high: float = 4e-4
+    """ε_high of `gspo`: s_i clipped at 1 + this (4e-4, GSPO's §5.1)."""
+    kl_cov_fraction: float = 2e-3
+    """k of `kl_cov`: the fraction of a micro-batch's kept tokens, largest Cov(log π_θ, A)
+    first, that get the penalty (at least one; 0.2%, the paper's Qwen2.5-7B setting)."""
+    kl_cov_coef: float = 1.0
+    """β of `kl_cov`: weight of |log π_θ − log π_prox| on the selected tokens (the paper's 1)."""
     is_cap: float = 2.0
     """C: behaviour importance weight w_t = min(π_prox/μ, C) (truncated IS)."""
     reject_bound: float = 10.0
@@ -154,6 +196,7 @@ class TrainConfig:
         object.__setattr__(self, "reward_fn", RewardFn(self.reward_fn))
         object.__setattr__(self, "precision", Precision(self.precision))
         object.__setattr__(self, "loss_aggregation", LossAggregation(self.loss_aggregation))
+        object.__setattr__(self, "policy_loss", PolicyLoss(self.policy_loss))
         object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))
         positive = {
             "learning_rate": self.learning_rate,
@@ -182,10 +225,33 @@ class TrainConfig:
             raise ValueError(
                 f"TrainConfig.logprob_chunk_tokens must be >= 1, got {self.logprob_chunk_tokens}"
             )
-        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
+        for low, high, low_max in (
+            ("clip_low", "clip_high", "< 1"),
+            ("gspo_clip_low", "gspo_clip_high", "< 1"),
+            ("cispo_clip_low", "cispo_clip_high", "<= 1"),  # 1: no lower bound on the weight
+        ):
+            lo, hi = getattr(self, low), getattr(self, high)
+            low_ok = 0 <= lo < 1 if low_max == "< 1" else 0 <= lo <= 1
+            if not low_ok or not hi >= 0:  # `not >=` also refuses NaN
+                raise ValueError(
+                    f"TrainConfig clip range needs 0 <= {low} {low_max} and {high} >= 0, "
+                    f"got {low}={lo}, {high}={hi}"
+                )
+        if not 0 < self.kl_cov_fraction <= 1:
             raise ValueError(
-                f"TrainConfig clip range needs 0 <= clip_low < 1 and clip_high >= 0, "
-                f"got clip_low={self.clip_low}, clip_high={self.clip_high}"
+                f"TrainConfig.kl_cov_fraction must be in (0, 1], got {self.kl_cov_fraction}"
+            )
+        if not (self.kl_cov_coef >= 0 and math.isfinite(self.kl_cov_coef)):
+            raise ValueError(
+                f"TrainConfig.kl_cov_coef must be a finite number >= 0, got {self.kl_cov_coef}"
+            )
+        if (
+            self.policy_loss is PolicyLoss.GSPO
+            and self.loss_aggregation is not LossAggregation.SEQUENCE_MEAN
+        ):
+            raise ValueError(
+                "TrainConfig.policy_loss 'gspo' averages one loss per rollout: set "
+                f"loss_aggregation='sequence_mean', got {self.loss_aggregation}"
             )
         if self.reject_bound < self.is_cap:
             raise ValueError(

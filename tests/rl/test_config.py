@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from futureworld.rl.config import Estimator, LossAggregation, Objective, TrainConfig
+from futureworld.rl.config import Estimator, LossAggregation, Objective, PolicyLoss, TrainConfig
 
 
 @pytest.mark.parametrize(
@@ -23,6 +25,17 @@ from futureworld.rl.config import Estimator, LossAggregation, Objective, TrainCo
         ("kl_coef", -0.1),
         ("lora_dropout", 1.0),
         ("logprob_chunk_tokens", 0),
+        ("clip_low", -0.1),
+        ("clip_high", math.nan),
+        ("cispo_clip_low", 1.5),
+        ("cispo_clip_low", -0.1),
+        ("cispo_clip_high", -0.1),
+        ("gspo_clip_low", 1.0),
+        ("gspo_clip_high", math.nan),
+        ("kl_cov_fraction", 0.0),
+        ("kl_cov_fraction", 1.5),
+        ("kl_cov_coef", -1.0),
+        ("kl_cov_coef", math.inf),
     ],
 )
 def test_invalid_values_name_the_field(field, value):
@@ -47,6 +60,28 @@ def test_defaults_follow_the_architecture():
     assert TrainConfig(estimator="sft").objective is Objective.SFT
     assert config.loss_aggregation is LossAggregation.TOKEN_MEAN
     assert config.temperature is None  # read from the rollouts
+    assert config.policy_loss is PolicyLoss.PPO_CLIP
+
+
+def test_policy_loss_defaults_follow_their_papers():
+    config = TrainConfig()
+    assert (config.cispo_clip_low, config.cispo_clip_high) == (1.0, 0.28)  # no lower bound
+    assert (config.gspo_clip_low, config.gspo_clip_high) == (3e-4, 4e-4)
+    assert (config.kl_cov_fraction, config.kl_cov_coef) == (2e-3, 1.0)
+    assert TrainConfig(policy_loss="cispo").policy_loss is PolicyLoss.CISPO
+    assert TrainConfig(policy_loss="kl_cov").to_json()["policy_loss"] == "kl_cov"
+
+
+def test_unknown_policy_loss_is_refused():
+    with pytest.raises(ValueError, match="ppo3"):
+        TrainConfig(policy_loss="ppo3")
+
+
+def test_gspo_needs_the_sequence_mean():
+    with pytest.raises(ValueError, match="sequence_mean"):
+        TrainConfig(policy_loss="gspo")
+    config = TrainConfig(policy_loss="gspo", loss_aggregation="sequence_mean")
+    assert config.loss_aggregation is LossAggregation.SEQUENCE_MEAN
 
 
 def test_unknown_loss_aggregation_is_refused():

@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-from futureworld.rl.config import LossAggregation, Objective, TrainConfig
+from futureworld.rl.config import LossAggregation, Objective, PolicyLoss, TrainConfig
 from futureworld.rl.losses import (
     NORMALIZERS,
     OBJECTIVES,
+    POLICY_LOSSES,
     LossInputs,
     decoupled_ppo_loss,
     off_policy_mask,
@@ -41,10 +42,98 @@ def test_registry_covers_every_loss_aggregation():
     assert set(NORMALIZERS) == set(LossAggregation)
 
 
+def test_registry_covers_every_policy_loss():
+    assert set(POLICY_LOSSES) == set(PolicyLoss)
+    assert POLICY_LOSSES[PolicyLoss.PPO_CLIP] is decoupled_ppo_loss
+
+
 def test_step_normalizers_count_mask_tokens_or_a_constant_per_rollout():
     assert step_normalizer(37, 5, CONFIG) == 37
     constant = TrainConfig(loss_aggregation="constant", normalizer_tokens_per_rollout=12)
     assert step_normalizer(37, 5, constant) == 5 * 12
+    assert step_normalizer(37, 5, TrainConfig(loss_aggregation="sequence_mean")) == 5
+
+
+def _fixed_inputs(**kw) -> tuple[torch.Tensor, LossInputs]:
+    """One row that clips above and below, caps w, rejects a token and masks one."""
+    t = lambda x: torch.tensor([x], dtype=torch.float64)  # noqa: E731
+    inputs = LossInputs(
+        logp_prox=t([-0.7, -1.2, -2.0, -0.3, -1.5, -0.9, -2.4, -0.5]),
+        logp_behaviour=t([-0.9, -1.0, -4.8, -0.3, -1.1, -0.2, -2.0, -0.6]),
+        advantages=t([1.0, -0.5, 2.0, -1.5, 0.8, -0.3, 0.6, 1.2]),
+        mask=torch.tensor([[True, True, True, True, True, False, True, True]]),
+        logp_ref=t([-0.8, -1.0, -2.1, -0.4, -1.4, -1.0, -2.2, -0.5]),
+        **kw,
+    )
+    return t([-0.2, -1.6, -1.9, -0.5, -1.0, -1.1, -2.4, -0.45]), inputs
+
+
+@pytest.mark.parametrize(
+    ("config", "loss", "grad"),
+    [
+        (
+            TrainConfig(),
+            -0.3558011350903814,
+            [
+                0.0,
+                0.0,
+                0.0,
+                0.1754423042309961,
+                0.0,
+                0.0,
+                -0.05745600394591194,
+                -0.19917158446770566,
+            ],
+        ),
+        (
+            TrainConfig(kl_coef=0.1),
+            -0.3491003696152856,
+            [
+                0.0064455480557996225,
+                -0.011744554291292985,
+                0.0,
+                0.17393986254420113,
+                0.004709713628062296,
+                0.0,
+                -0.06061890049105721,
+                -0.198474861960573,
+            ],
+        ),
+    ],
+)
+def test_default_objective_is_unchanged_on_a_fixed_input(config, loss, grad):
+    # values recorded from decoupled_ppo_loss before the policy-loss registry existed
+    assert config.policy_loss is PolicyLoss.PPO_CLIP
+    logp, inputs = _fixed_inputs()
+    logp.requires_grad_()
+    out = OBJECTIVES[config.objective].loss(logp, inputs, config)
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(loss, rel=1e-15, abs=0)
+    assert logp.grad[0].tolist() == pytest.approx(grad, rel=1e-15, abs=1e-300)
+    assert (out.sums["clip_low"], out.sums["clip_high"], out.sums["kept_tokens"]) == (1, 2, 6)
+
+
+def test_asymmetric_clip_bounds_are_clip_low_below_and_clip_high_above():
+    # ε_low = 0.1, ε_high = 0.5: r is clipped to [0.9, 1.5], on the side that would gain
+    config = TrainConfig(clip_low=0.1, clip_high=0.5)
+    r = [0.85, 0.85, 1.4, 1.6, 1.6]
+    adv = [-1.0, 1.0, 1.0, 1.0, -1.0]
+    inputs = _inputs(prox=[-1.0] * 5, mu=[-1.0] * 5, adv=adv, mask=[True] * 5)
+    logp = torch.tensor([[-1.0 + math.log(x) for x in r]], dtype=torch.float64)
+    logp.requires_grad_()
+    out = decoupled_ppo_loss(logp, inputs, config)
+    out.loss.backward()
+    # ℓ = −min(rA, clip(r, 0.9, 1.5) A): 0.9 (clipped low), −0.85, −1.4, −1.5 (clipped high), 1.6
+    expected = [-min(x * a, min(max(x, 0.9), 1.5) * a) for x, a in zip(r, adv, strict=True)]
+    assert expected == pytest.approx([0.9, -0.85, -1.4, -1.5, 1.6])
+    assert out.loss.item() == pytest.approx(sum(expected) / 5)
+    # a clipped token has no gradient; the others get −r·A/N
+    assert logp.grad[0].tolist() == pytest.approx([0.0, -0.85 / 5, -1.4 / 5, 0.0, 1.6 / 5])
+    metrics = summarize_metrics(out.sums)
+    assert (metrics["clip_low_fraction"], metrics["clip_high_fraction"]) == (0.2, 0.2)
+    # the default bounds (0.8, 1.28) clip r = 1.4 too and leave r = 0.85 alone
+    default = decoupled_ppo_loss(logp.detach(), inputs, CONFIG)
+    assert float(default.loss) == pytest.approx((0.85 - 0.85 - 1.28 - 1.28 + 1.6) / 5)
 
 
 def test_on_policy_loss_equals_minus_mean_advantage():
