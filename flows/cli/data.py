@@ -3,6 +3,7 @@ local models."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -123,7 +124,11 @@ def agent_add(
     name: str,
     model: Annotated[
         str,
-        typer.Option("--model", help="Model directory, or a baseline: crowd, base-rate, uniform."),
+        typer.Option(
+            "--model",
+            help="Model directory, a Hugging Face model id (ORG/NAME) already in the local Hub "
+            "cache, or a baseline: crowd, base-rate, uniform.",
+        ),
     ],
     backend: Annotated[BackendKind, typer.Option(help="What answers.")] = BackendKind.LOCAL,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL.")] = None,
@@ -146,6 +151,8 @@ def agent_add(
 
     if backend is BackendKind.OPENAI and not base_url:
         raise typer.BadParameter("--backend openai needs --base-url")
+    if backend.generates:
+        model = _model_source(model)
     if backend is BackendKind.LOCAL and not (Path(model) / "config.json").is_file():
         raise typer.BadParameter(f"--model {model}: not a model directory (no config.json)")
     try:
@@ -171,6 +178,29 @@ def agent_add(
             ),
         )
     console.print(f"agent [bold]{agent.name}[/bold] ({agent.backend}: {agent.base_model})")
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+"""A Hugging Face Hub model id, ORG/NAME."""
+
+
+def _model_source(model: str) -> str:
+    """`--model` as the agent records it: a path that exists, as given; a Hub id (ORG/NAME)
+    its snapshot in the local Hugging Face cache, never downloaded. Agents load their base
+    model with local files only, so a Hub id that is not cached is refused here."""
+    if Path(model).expanduser().exists() or not HUB_ID.fullmatch(model):
+        return model
+    from futureworld.policy.loading import cached_model_dir
+
+    snapshot = cached_model_dir(model)
+    if snapshot is None:
+        raise UserError(
+            f"--model {model}: neither a local directory nor in the local Hugging Face cache "
+            f"(HF_HUB_CACHE), and agent add never downloads; download it first "
+            f"(`hf download {model}`, or `huggingface-cli download {model}` with an older "
+            "huggingface_hub) or pass a local model directory"
+        )
+    return str(snapshot)
 
 
 @agent_app.command("list")

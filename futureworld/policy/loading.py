@@ -48,6 +48,19 @@ class BackendSpec:
             raise ValueError("an openai backend needs base_url")
 
 
+def cached_model_dir(repo_id: str, *, cache_dir: Path | None = None) -> Path | None:
+    """The snapshot of Hugging Face Hub model `repo_id` (ORG/NAME, its `main` revision) in
+    the local Hub cache (`cache_dir`, default huggingface_hub's own: HF_HUB_CACHE), or None
+    when it is not there. Never downloads."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, cache_dir=cache_dir, local_files_only=True))
+    except (HFValidationError, LocalEntryNotFoundError):
+        return None
+
+
 def _load_local(spec: BackendSpec) -> PolicyBackend:
     return LocalBackend.from_pretrained(
         spec.model_dir, spec.adapter_dir, device=spec.device, torch_threads=spec.torch_threads
