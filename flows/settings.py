@@ -15,6 +15,8 @@ from urllib.parse import quote, unquote
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from flows.tracking import ReportTo
+
 DAILY_CRON = "0 6 * * *"
 """The daily cycle's default schedule (UTC), as in prefect.yaml."""
 
@@ -70,6 +72,16 @@ class Settings(BaseSettings):
     """Re-forecast a still-open question when its agent's newest forecast of it is at least
     this many days old and a newer policy version exists; unset: each question is forecast
     once per agent (flows.stages.predicting, storage.repositories.reforecasts)."""
+    report_to: ReportTo = ReportTo.NONE
+    """Where training and evaluation runs log their config and metrics (FW_REPORT_TO):
+    tensorboard, mlflow, wandb or none, as TRL's `report_to` (flows.tracking)."""
+    tracking_dir: Path | None = None
+    """The trackers' local files (FW_TRACKING_DIR); default `<data_dir>/tracking`."""
+    mlflow_tracking_uri: str | None = None
+    """MLflow's store (FW_MLFLOW_TRACKING_URI): a server's http(s) URL or a database URL;
+    default a SQLite file `<tracking dir>/mlflow.db`, no server needed."""
+    wandb_api_key: SecretStr | None = Field(default=None, validation_alias="WANDB_API_KEY")
+    """W&B's own WANDB_API_KEY: unset, report_to=wandb writes offline runs (`wandb sync`)."""
 
     @field_validator("feeds", mode="before")
     @classmethod
@@ -82,12 +94,21 @@ class Settings(BaseSettings):
     def database_url(self) -> str:
         return self.db_url or f"sqlite:///{(self.data_dir / 'futureworld.db').resolve()}"
 
+    @property
+    def tracking_root(self) -> Path:
+        return (self.tracking_dir or self.data_dir / "tracking").resolve()
+
+    @property
+    def mlflow_store_uri(self) -> str:
+        return self.mlflow_tracking_uri or f"sqlite:///{self.tracking_root / 'mlflow.db'}"
+
     def with_db(self, db_url: str | None) -> Settings:
         return self if db_url is None else self.model_copy(update={"db_url": db_url})
 
     def secrets(self) -> list[str]:
         """The secret values this configuration holds (the database password, tokens)."""
-        found = [] if self.metaculus_token is None else [self.metaculus_token.get_secret_value()]
+        tokens = [self.metaculus_token, self.wandb_api_key]
+        found = [token.get_secret_value() for token in tokens if token is not None]
         password = url_password(self.database_url)
         return [s for s in [*found, password] if s]
 
