@@ -39,6 +39,14 @@ def demo_command(
         float,
         typer.Option(min=0.0, help="k3 KL penalty of every update to the warm start; 0 = off."),
     ] = 0.0,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="A training setting of every RL update, name=value (repeatable; any "
+            "TrainConfig field, as `train --set`).",
+        ),
+    ] = None,
 ) -> None:
     """The whole delayed-reward loop on the simulated world, offline: it learns in minutes."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -51,6 +59,7 @@ def demo_command(
 
     from flows.demo.config import DemoConfig
     from flows.demo.run import run_demo
+    from flows.stages.train_options import TrainConfigError
     from futureworld.domain import QuestionKind
 
     try:
@@ -66,7 +75,10 @@ def demo_command(
             kind_questions_per_day=kind_questions_per_day,
             kind_panel_questions=kind_panel,
             rl_kl_coef=kl_coef,
+            train_set=tuple(set_ or ()),
         )
+    except TrainConfigError as error:
+        raise typer.BadParameter(str(error), param_hint="--set") from None
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--kinds") from None
     if console.is_terminal:

@@ -29,8 +29,8 @@ from futureworld.evaluation_kinds import (
     ChoiceScoreRow,
     NumericScoreRow,
 )
-from futureworld.rewards import DEFAULT_REWARD, RewardFn
-from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator
+from futureworld.rewards import RewardFn
+from futureworld.rl.config import Estimator, TrainConfig
 
 
 def register_learning_commands(app: typer.Typer) -> None:
@@ -39,38 +39,43 @@ def register_learning_commands(app: typer.Typer) -> None:
     app.command("evaluate")(evaluate_command)
 
 
-def _check_positive(value: float) -> float:
-    if not value > 0:  # NaN too
+def _check_positive(value: float | None) -> float | None:
+    if value is not None and not value > 0:  # NaN too
         raise typer.BadParameter(f"must be a number > 0, got {value}")
     return value
 
 
 def train_command(
     agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
-    estimator: Annotated[Estimator, typer.Option(help="Advantage estimator.")] = DEFAULT_ESTIMATOR,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="A training setting, name=value (repeatable): any TrainConfig field, e.g. "
+            "--set clip_high=0.3 --set m2po_tau=0.04 (flows/stages/train_options.py).",
+        ),
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="A TOML file of training settings (TrainConfig field = value); --set wins.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    estimator: Annotated[
+        Estimator | None, typer.Option(help="Short for --set estimator=E.")
+    ] = None,
     reward: Annotated[
-        RewardFn, typer.Option("--reward", help="Which stored reward to train on.")
-    ] = DEFAULT_REWARD,
-    max_groups: Annotated[int | None, typer.Option(help="Replay at most this many groups.")] = None,
-    lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
-    reuse: Annotated[
-        bool, typer.Option("--reuse", help="Also replay groups this lineage trained on before.")
-    ] = False,
+        RewardFn | None, typer.Option("--reward", help="Short for --set reward_fn=R.")
+    ] = None,
     learning_rate: Annotated[
-        float, typer.Option(help="AdamW learning rate (> 0).", callback=_check_positive)
-    ] = TrainOptions.model_fields["learning_rate"].default,
-    ppo_epochs: Annotated[
-        int, typer.Option(help="Passes over the replayed data.")
-    ] = TrainOptions.model_fields["ppo_epochs"].default,
-    groups_per_step: Annotated[
-        int, typer.Option(help="Whole groups per optimiser step (SFT: trajectories).")
-    ] = TrainOptions.model_fields["groups_per_step"].default,
-    micro_batch_tokens: Annotated[
-        int, typer.Option(help="Tokens per packed row.")
-    ] = TrainOptions.model_fields["micro_batch_tokens"].default,
-    kl_coef: Annotated[
-        float, typer.Option(help="k3 KL penalty to the reference (--kl-reference); 0 = off.")
-    ] = TrainOptions.model_fields["kl_coef"].default,
+        float | None,
+        typer.Option(help="Short for --set learning_rate=X (> 0).", callback=_check_positive),
+    ] = None,
+    kl_coef: Annotated[float | None, typer.Option(help="Short for --set kl_coef=C.")] = None,
     kl_reference: Annotated[
         int,
         typer.Option(
@@ -79,10 +84,11 @@ def train_command(
             "full model, e.g. the supervised warm start.",
         ),
     ] = TrainOptions.model_fields["kl_reference"].default,
-    max_kl_prox: Annotated[
-        float | None,
-        typer.Option(help="End the update before a step whose KL to π_prox exceeds this."),
-    ] = TrainOptions.model_fields["max_kl_prox"].default,
+    max_groups: Annotated[int | None, typer.Option(help="Replay at most this many groups.")] = None,
+    lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
+    reuse: Annotated[
+        bool, typer.Option("--reuse", help="Also replay groups this lineage trained on before.")
+    ] = False,
     sft: Annotated[bool, typer.Option("--sft", help="Supervised fine-tuning.")] = False,
     from_jsonl: Annotated[
         Path | None,
@@ -120,8 +126,11 @@ def train_command(
     ] = TrainOptions.model_fields["nproc"].default,
     db: DbOption = None,
 ) -> None:
-    """Replay completed groups into a staleness-corrected update; register the new version."""
+    """Replay completed groups into a staleness-corrected update; register the new version.
+    Every training setting is a TrainConfig field, set by --config FILE.toml and --set
+    name=value (defaults: TrainConfig's)."""
     from flows.stages.lineage import LineageError, check_update
+    from flows.stages.train_options import TrainConfigError, config_with_overrides
     from flows.stages.training import (
         replay_and_train,
         sft_trajectories_from_jsonl,
@@ -130,17 +139,21 @@ def train_command(
 
     if sft and from_jsonl is None:
         raise typer.BadParameter("--sft needs --from-jsonl FILE")
+    shorthand = {
+        "estimator": Estimator.SFT if sft else estimator,
+        "reward_fn": reward,
+        "learning_rate": learning_rate,
+        "kl_coef": kl_coef,
+    }
+    sets = [*(set_ or ()), *(f"{k}={v}" for k, v in shorthand.items() if v is not None)]
+    try:
+        config = config_with_overrides(TrainConfig(), sets=sets, toml=config_file)
+    except TrainConfigError as error:
+        raise UserError(str(error)) from None
     options = TrainOptions(
-        estimator=Estimator.SFT if sft else estimator,
-        reward_fn=reward,
+        config=config,
         lora=lora,
-        learning_rate=learning_rate,
-        ppo_epochs=ppo_epochs,
-        groups_per_step=groups_per_step,
-        micro_batch_tokens=micro_batch_tokens,
-        kl_coef=kl_coef,
         kl_reference=kl_reference,
-        max_kl_prox=max_kl_prox,
         max_groups=max_groups,
         reuse=reuse,
         fresh_optimizer=fresh_optimizer,

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flows.stages.training import TrainOptions
+from flows.stages.train_options import TrainOptions, config_with_overrides
 from futureworld.domain import GenerationSettings, QuestionKind
 from futureworld.rewards import RewardFn
-from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator
+from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator, TrainConfig
 
 if TYPE_CHECKING:
     from futureworld.world import WorldConfig
@@ -71,9 +71,14 @@ class DemoConfig:
     kind_max_new_tokens: int = 64
     """A turn's token budget when choice or numeric questions are posed: their answers are
     longer than a probability."""
+    train_set: tuple[str, ...] = ()
+    """Training settings of every RL update as `name=value` (any TrainConfig field, as
+    `futureworld train --set`), applied over the demo's own (`update`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "estimator", Estimator(self.estimator))
+        object.__setattr__(self, "train_set", tuple(self.train_set))
+        self.update  # noqa: B018 — a bad --set fails here, before the warm start
         kinds = tuple(QuestionKind(k) for k in self.kinds)
         object.__setattr__(self, "kinds", kinds)
         if QuestionKind.BINARY not in kinds or len(set(kinds)) != len(kinds):
@@ -116,25 +121,30 @@ class DemoConfig:
     @property
     def warm_start(self) -> TrainOptions:
         return TrainOptions(
-            estimator=Estimator.SFT,
-            learning_rate=self.sft_learning_rate,
-            ppo_epochs=self.sft_epochs,
-            micro_batch_tokens=2048,
-            groups_per_step=4,
+            config=TrainConfig(
+                estimator=Estimator.SFT,
+                learning_rate=self.sft_learning_rate,
+                ppo_epochs=self.sft_epochs,
+                micro_batch_tokens=2048,
+                groups_per_step=4,
+            )
         )
 
     @property
     def update(self) -> TrainOptions:
         """Each round's RL update: a group a packed row, `rl_groups_per_step` groups a step."""
         own_reward = {QuestionKind.CHOICE: RewardFn.RLCR, QuestionKind.NUMERIC: RewardFn.CRPS}
-        return TrainOptions(
+        demo = TrainConfig(
             estimator=self.estimator,
             learning_rate=self.rl_learning_rate,
             micro_batch_tokens=2048,
             groups_per_step=self.rl_groups_per_step,
             temperature=self.temperature,
+            kl_coef=self.rl_kl_coef,
+        )
+        return TrainOptions(
+            config=config_with_overrides(demo, sets=self.train_set),
             min_groups=self.min_groups,
             kind_rewards=tuple(own_reward[k] for k in self.extra_kinds),
-            kl_coef=self.rl_kl_coef,
             kl_reference=WARM_START_VERSION,
         )

@@ -26,16 +26,17 @@ taken within the group, on one reward's scale.
 
 from __future__ import annotations
 
+import importlib.metadata
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from flows.context import PipelineContext
 from flows.stages.lineage import (
+    check_update,
     continued_optimizer,
     lora_for,
     model_and_adapter,
@@ -44,19 +45,18 @@ from flows.stages.lineage import (
 )
 from flows.stages.provisional import with_provisional_groups
 from flows.stages.serving import check_servable
+from flows.stages.train_options import TrainOptions
 from flows.stages.training_lock import one_update_per_agent
 from futureworld.domain import (
     Agent,
     PolicyVersion,
-    QuestionKind,
     ReplayBatch,
     ScoredRollout,
     TrainingRun,
     TrainStep,
     Trajectory,
 )
-from futureworld.rewards import DEFAULT_REWARD, RewardFn, rewards_for_kind
-from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator, LossAggregation, TrainConfig
+from futureworld.rl.config import Estimator, TrainConfig
 from futureworld.torch_threads import set_torch_threads
 from storage.engine import run_transaction, session_scope
 from storage.repositories.agents import register_policy_version
@@ -70,90 +70,6 @@ from storage.repositories.training import (
 
 if TYPE_CHECKING:
     from futureworld.rl.trainer import TrainResult
-
-
-def _reward_kind(reward_fn: RewardFn) -> QuestionKind:
-    return next(kind for kind in QuestionKind if reward_fn in rewards_for_kind(kind))
-
-
-class TrainOptions(BaseModel):
-    """What a person chooses for one update, from the CLI, a Prefect parameter or the demo;
-    everything else is TrainConfig's default. Typed end to end: enums, numbers, flags."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    estimator: Estimator = DEFAULT_ESTIMATOR
-    """Advantage estimator (dr_grpo, grpo, rloo, forecast_info_gain, siop) or sft."""
-    reward_fn: RewardFn = DEFAULT_REWARD
-    """Which stored reward the update trains on."""
-    kind_rewards: tuple[RewardFn, ...] = ()
-    """Rewards of other question kinds also trained on (e.g. rlcr, crps next to brier): each
-    question trains on its own kind's reward. At most one reward per kind, in all."""
-    lora: bool | None = None
-    """Train a LoRA adapter over the base model instead of all weights; None: the parent
-    version's kind, and from the base model an adapter for an agent on a vLLM server (served
-    without a restart), all weights for a local one (`flows.stages.lineage.lora_for`)."""
-    learning_rate: float = TrainConfig.learning_rate
-    ppo_epochs: int = TrainConfig.ppo_epochs
-    groups_per_step: int = TrainConfig.groups_per_step
-    """Whole groups per optimiser step, in replay order (SFT: trajectories per step)."""
-    micro_batch_tokens: int = TrainConfig.micro_batch_tokens
-    """Tokens per packed row (a longer rollout gets a row of its own); memory, not maths."""
-    loss_aggregation: LossAggregation = TrainConfig.loss_aggregation
-    """The step's loss normaliser: token_mean (ARCHITECTURE §6) or Dr. GRPO's constant."""
-    kl_coef: float = TrainConfig.kl_coef
-    """Weight of the k3 KL penalty to the reference (`kl_reference`); 0 = off."""
-    kl_reference: int = Field(default=0, ge=0)
-    """The registered version the KL penalty anchors to: 0, the base model, or a later full
-    model such as the supervised warm start."""
-    max_kl_prox: float | None = TrainConfig.max_kl_prox
-    """End the update before a step whose KL to π_prox per token exceeds this (target KL)."""
-    temperature: float | None = TrainConfig.temperature
-    """None: recompute log-probs at the temperature the rollouts were sampled at (read from
-    them); a number must agree with it. SFT trains at this temperature (1.0 when None)."""
-    max_groups: int | None = None
-    """Replay at most this many groups (oldest first); the rest wait for the next update."""
-    min_groups: int = 1
-    """Do nothing while fewer completed groups are waiting."""
-    reuse: bool = False
-    """Also replay groups this lineage trained on before."""
-    fresh_optimizer: bool = False
-    """Start a new AdamW instead of continuing the newest RL version's moments."""
-    nproc: int = 1
-    """Training processes on this machine (torchrun, DDP; gloo on CPU, NCCL on GPUs): each
-    takes a share of every step's whole groups; the update equals one process's."""
-
-    @field_validator("kind_rewards")
-    @classmethod
-    def _one_reward_per_kind(cls, value: tuple[RewardFn, ...], info: Any) -> tuple[RewardFn, ...]:
-        rewards = (info.data.get("reward_fn", DEFAULT_REWARD), *value)
-        kinds = [_reward_kind(RewardFn(fn)) for fn in rewards]
-        if len(set(kinds)) != len(kinds):
-            named = ", ".join(f"{fn} ({kind})" for fn, kind in zip(rewards, kinds, strict=True))
-            raise ValueError(f"one reward per question kind, got {named}")
-        return value
-
-    @property
-    def rewards(self) -> tuple[RewardFn, ...]:
-        """Every reward the update trains on: `reward_fn`, then `kind_rewards`."""
-        return (self.reward_fn, *self.kind_rewards)
-
-    def train_config(self, *, device: str | None, lora: bool) -> TrainConfig:
-        """The trainer's config of this update; `lora` decided (`lora_for`)."""
-        return TrainConfig(
-            estimator=self.estimator,
-            reward_fn=self.reward_fn,
-            lora=lora,
-            learning_rate=self.learning_rate,
-            ppo_epochs=self.ppo_epochs,
-            groups_per_step=self.groups_per_step,
-            micro_batch_tokens=self.micro_batch_tokens,
-            loss_aggregation=self.loss_aggregation,
-            kl_coef=self.kl_coef,
-            max_kl_prox=self.max_kl_prox,
-            temperature=self.temperature,
-            device=device,
-        )
 
 
 @dataclass(frozen=True)
@@ -172,6 +88,24 @@ class TrainReport:
 
 STEP_FLUSH_EVERY = 25
 """Per-step metrics are written in batches of this many steps (and at the end)."""
+
+
+def code_version() -> dict[str, str | None]:
+    """The project's version and, in a git checkout, its commit: recorded with every training
+    run beside its configuration, so a version says which code trained it."""
+    try:
+        version: str | None = importlib.metadata.version("futureworld")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit: str | None = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip() or None  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"version": version, "commit": commit}
 
 
 def _free_target(target: Path) -> None:
@@ -204,7 +138,11 @@ def _run_update(
     if config.kl_coef > 0:
         anchor = reference_version(ctx, agent, current, kl_version, lora=config.lora)
         reference = Path(anchor.checkpoint_path)
-    run_config = {**run_config, "reference": None if reference is None else str(reference)}
+    run_config = {
+        **run_config,
+        "reference": None if reference is None else str(reference),
+        "code": code_version(),
+    }
     run = run_transaction(
         engine,
         lambda session: start_training_run(
@@ -315,6 +253,7 @@ def replay_and_train(
         current if resume_from is None else registered_version(ctx, agent, current, resume_from)
     )
     lora = lora_for(agent, parent, options.lora)
+    check_update(agent, current, kl_reference=options.kl_reference, lora=lora)
     check_servable(ctx, agent, lora=lora)
     config = options.train_config(device=ctx.settings.device, lora=lora)
     with session_scope(ctx.engine) as session:
@@ -416,8 +355,9 @@ def supervised_finetune(
     agent = ctx.agent(agent_name)
     current = ctx.current_version(agent)
     lora = lora_for(agent, current, options.lora)
+    check_update(agent, current, kl_reference=options.kl_reference, lora=lora)
     check_servable(ctx, agent, lora=lora)
-    config = options.model_copy(update={"estimator": Estimator.SFT}).train_config(
+    config = options.with_config(estimator=Estimator.SFT).train_config(
         device=ctx.settings.device, lora=lora
     )
     run_config = {"train": config.to_json(), "sft_examples": len(trajectories)}

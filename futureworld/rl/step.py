@@ -131,6 +131,7 @@ def train_step(
                 logp_ref=row.logp_ref,
                 entropy=entropy,
                 normalizer=normalizer,
+                position_ids=row.position_ids,
             )
             out = objective.loss(logp, inputs, config)
             (out.loss * (weight * world.size)).backward()

@@ -22,6 +22,7 @@ from flows.stages.training import TrainOptions, replay_and_train
 from futureworld.domain import Agent, Question, QuestionKind
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rewards import rewards_for_kind
+from futureworld.rl.config import TrainConfig
 from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent, get_agent, latest_policy_version
 from storage.repositories.questions import upsert_questions
@@ -134,7 +135,9 @@ def test_predict_backfill_and_train_survive_a_server_crash_exactly_once(
 
     # train: the server dies while the new version is being registered.
     with crash_server_at(engine, cluster, "INSERT INTO policy_version") as crashed:
-        trained = replay_and_train(ctx, "tiny", TrainOptions(learning_rate=1e-3))
+        trained = replay_and_train(
+            ctx, "tiny", TrainOptions(config=TrainConfig(learning_rate=1e-3))
+        )
     assert crashed, "the server was never stopped during train"
     assert _retried(caplog, "train: register version")
     assert trained is not None and trained.to_version == 1

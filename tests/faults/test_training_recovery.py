@@ -16,6 +16,7 @@ from sqlalchemy import select
 from flows.stages.training import TrainOptions, replay_and_train
 from flows.stages.training_lock import ABANDONED
 from futureworld.domain import TrainingRun
+from futureworld.rl.config import TrainConfig
 from storage.engine import session_scope
 from storage.repositories.agents import get_agent
 from storage.repositories.training import start_training_run, training_run_statuses
@@ -68,7 +69,7 @@ def test_a_dead_run_is_failed_and_old_crash_checkpoints_removed_at_the_next_star
         os.utime(path, (two_days_ago, two_days_ago))
 
     ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
-    report = replay_and_train(ctx, "tiny", TrainOptions(learning_rate=1e-3))
+    report = replay_and_train(ctx, "tiny", TrainOptions(config=TrainConfig(learning_rate=1e-3)))
 
     assert report is not None and report.to_version == 1
     with session_scope(engine) as session:

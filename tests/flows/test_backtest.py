@@ -24,6 +24,7 @@ from flows.stages.backtesting import (
 from flows.stages.training import TrainOptions
 from futureworld.domain import Agent, Outcome, OutcomeStatus, Question, QuestionKind
 from futureworld.policy.tiny import init_tiny_model
+from futureworld.rl.config import TrainConfig
 from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
@@ -111,7 +112,7 @@ def test_backtest_trains_and_forecasts_only_on_what_the_clock_reveals(
         start=date(2025, 3, 1),
         end=date(2025, 3, 6),
         samples=2,
-        train=TrainOptions(learning_rate=1e-4),
+        train=TrainOptions(config=TrainConfig(learning_rate=1e-4)),
     )
     report = run_backtest(ctx, options, out_dir=tmp_path / "report", on_round=on_round)
 

@@ -27,6 +27,7 @@ from futureworld.policy.local import LocalBackend
 from futureworld.policy.streaming import SequentialStream
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rewards import RewardFn
+from futureworld.rl.config import TrainConfig
 from futureworld.world import World, WorldConfig
 from futureworld.world.kinds import SimChoiceQuestion, SimNumericQuestion
 from futureworld.world.reference import choice_reference, kind_sft_examples, numeric_reference
@@ -183,7 +184,9 @@ def test_the_default_demo_keeps_its_binary_settings_and_kinds_add_rewards() -> N
     with pytest.raises(ValueError, match="binary"):
         DemoConfig(kinds=("choice",))
     with pytest.raises(ValueError, match="one reward per question kind"):
-        TrainOptions(reward_fn=RewardFn.BRIER, kind_rewards=(RewardFn.LOG_SCORE,))
+        TrainOptions(
+            config=TrainConfig(reward_fn=RewardFn.BRIER), kind_rewards=(RewardFn.LOG_SCORE,)
+        )
 
 
 def _group(question_id: int, created: int) -> tuple[ScoredRollout, ...]:

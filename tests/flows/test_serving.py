@@ -36,6 +36,7 @@ from futureworld.policy.local import LocalBackend
 from futureworld.policy.openai_http import NotServingError
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.checkpoints import checkpoint_sha256
+from futureworld.rl.config import TrainConfig
 from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import (
     ensure_agent,
@@ -252,7 +253,7 @@ def test_replay_and_train_flow_trains_an_http_agent_as_an_adapter_the_server_the
         report = replay_and_train_flow(
             agent="remote",
             as_of=RESOLVED_AT.isoformat(),
-            train=TrainOptions(min_groups=1, learning_rate=1e-3),
+            train=TrainOptions(min_groups=1, config=TrainConfig(learning_rate=1e-3)),
         )
         assert report is not None and report.to_version == 1
         assert is_lora_adapter(Path(report.checkpoint_path))

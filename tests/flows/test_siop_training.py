@@ -17,14 +17,14 @@ from flows.stages.provisional import write_provisional_rewards
 from flows.stages.training import TrainOptions, replay_and_train
 from futureworld.domain import Agent, Outcome, OutcomeStatus, ParseStatus, Question
 from futureworld.policy.tiny import init_tiny_model
-from futureworld.rl.config import Estimator
+from futureworld.rl.config import Estimator, TrainConfig
 from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
 from storage.tables import ReplayConsumptionRow, RewardRow, RolloutRow
 from tests.flows.conftest import CUTOFF, GENERATION, make_context
 
-SIOP = TrainOptions(estimator=Estimator.SIOP, learning_rate=1e-3)
+SIOP = TrainOptions(config=TrainConfig(estimator=Estimator.SIOP, learning_rate=1e-3))
 SAMPLES = 3
 
 
@@ -88,7 +88,9 @@ def test_siop_trains_on_provisional_rewards_then_replays_the_real_ones(
     day1 = make_context(engine, tmp_path, as_of=CUTOFF + timedelta(days=1))
     assert write_provisional_rewards(day1, "tiny").rewards_written == 3 * SAMPLES
     # Nothing has resolved: dr_grpo has nothing to train on, siop has the three groups.
-    assert replay_and_train(day1, "tiny", TrainOptions(learning_rate=1e-3)) is None
+    assert (
+        replay_and_train(day1, "tiny", TrainOptions(config=TrainConfig(learning_rate=1e-3))) is None
+    )
     report = replay_and_train(day1, "tiny", SIOP)
     assert report is not None and (report.groups, report.rollouts) == (3, 3 * SAMPLES)
     assert _ledger(engine) == sorted((q, 0, True) for q in questions for _ in range(SAMPLES))

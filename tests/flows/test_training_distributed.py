@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from flows.stages.training import TrainOptions, replay_and_train
 from futureworld.rl.checkpoints import checkpoint_sha256
+from futureworld.rl.config import TrainConfig
 from storage.engine import session_scope
 from storage.repositories.agents import get_agent, get_policy_version, latest_policy_version
 from storage.repositories.training import train_steps
@@ -89,7 +90,7 @@ def test_a_killed_rank_fails_the_run_and_registers_nothing(
 ) -> None:
     scored_tiny_agent(db_url, tmp_path)
     ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
-    options = TrainOptions(learning_rate=1e-3, nproc=2)
+    options = TrainOptions(config=TrainConfig(learning_rate=1e-3), nproc=2)
     stop, killed = threading.Event(), []
     killer = threading.Thread(target=_kill_one_rank, args=(stop, killed), daemon=True)
     killer.start()
@@ -123,7 +124,9 @@ def test_the_replay_and_train_flow_takes_nproc_and_serves_the_new_version(
     monkeypatch.setenv("FW_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("FW_DB_URL", db_url)
     scored_tiny_agent(db_url, tmp_path)
-    report = replay_and_train_flow("tiny", train=TrainOptions(learning_rate=1e-3, nproc=2))
+    report = replay_and_train_flow(
+        "tiny", train=TrainOptions(config=TrainConfig(learning_rate=1e-3), nproc=2)
+    )
     assert report is not None and (report.to_version, report.rollouts) == (1, 9)
     engine = make_engine(db_url)
     with session_scope(engine) as session:

@@ -29,6 +29,7 @@ from futureworld.agent.demonstrations import Demonstration, demonstration_trajec
 from futureworld.domain import Agent, PolicyVersion, Question
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.checkpoints import checkpoint_sha256
+from futureworld.rl.config import TrainConfig
 from storage.engine import session_scope
 from storage.repositories.agents import (
     ensure_agent,
@@ -47,7 +48,7 @@ from tests.flows.conftest import (
     resolve_every_question,
 )
 
-FAST = TrainOptions(learning_rate=1e-3)
+FAST = TrainOptions(config=TrainConfig(learning_rate=1e-3))
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +212,7 @@ def test_steps_hold_whole_groups_through_the_stage(
 ) -> None:
     ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     scored_tiny_agent(db_url, tmp_path)
-    options = FAST.model_copy(update={"groups_per_step": 2, "micro_batch_tokens": 1})
+    options = FAST.with_config(groups_per_step=2, micro_batch_tokens=1)
     report = replay_and_train(ctx, "tiny", options)
     assert report is not None
     # 3 groups of 3 rollouts, oldest first: groups (0, 1) then (2); one rollout a row
@@ -231,7 +232,7 @@ def test_kl_anchors_to_the_base_or_a_named_version_and_is_positive_once_weights_
 ) -> None:
     ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
     scored_tiny_agent(db_url, tmp_path)
-    with_kl = FAST.model_copy(update={"kl_coef": 0.1, "groups_per_step": 3})
+    with_kl = FAST.with_config(kl_coef=0.1, groups_per_step=3)
     first = replay_and_train(ctx, "tiny", with_kl)
     assert first is not None
     assert first.steps[0]["kl_ref"] == pytest.approx(0, abs=1e-7)  # π_θ is the base itself
@@ -242,7 +243,7 @@ def test_kl_anchors_to_the_base_or_a_named_version_and_is_positive_once_weights_
         ctx,
         "tiny",
         [demonstration_trajectory(tokenizer, demo, agent_id=0, policy_version=0, sample_index=0)],
-        FAST.model_copy(update={"ppo_epochs": 3}),
+        FAST.with_config(ppo_epochs=3),
     )
     assert sft.to_version == 2
     # ... so the next RL update starts at a KL from version 0 above zero; anchored to
@@ -400,4 +401,6 @@ def test_an_agent_sampling_at_another_temperature_trains_at_it(
     state = json.loads((Path(report.checkpoint_path) / "trainer_state.json").read_text())
     assert state["config"]["temperature"] == 0.7
     with pytest.raises(ValueError, match=r"sampled at temperature 0\.7"):
-        replay_and_train(ctx, "cool", FAST.model_copy(update={"reuse": True, "temperature": 1.0}))
+        replay_and_train(
+            ctx, "cool", FAST.model_copy(update={"reuse": True}).with_config(temperature=1.0)
+        )
