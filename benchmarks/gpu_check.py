@@ -135,7 +135,7 @@ def _timed_steps(
 ) -> tuple[float, float]:
     """(seconds per optimiser step after one warm-up step, the warm-up step's loss)."""
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
-    first = train_step(model, optimizer, rows, config, forward=forward)
+    first = train_step(model, optimizer, rows, config, forward=forward).metrics
     _sync(rows[0].input_ids.device)
     started = time.perf_counter()
     for _ in range(steps):

@@ -78,7 +78,6 @@ class DemoConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "estimator", Estimator(self.estimator))
         object.__setattr__(self, "train_set", tuple(self.train_set))
-        self.update  # noqa: B018 — a bad --set fails here, before the warm start
         kinds = tuple(QuestionKind(k) for k in self.kinds)
         object.__setattr__(self, "kinds", kinds)
         if QuestionKind.BINARY not in kinds or len(set(kinds)) != len(kinds):
@@ -89,6 +88,7 @@ class DemoConfig:
             raise ValueError(f"the demo needs at least 2 rounds to compare, got {self.rounds}")
         if self.questions_per_day < 1 or self.samples < 2 or self.panel_questions < 1:
             raise ValueError("questions_per_day and panel_questions must be >= 1, samples >= 2")
+        self.update  # noqa: B018 — a bad --set fails here, before the warm start
 
     @property
     def extra_kinds(self) -> tuple[QuestionKind, ...]:

@@ -339,7 +339,8 @@ def test_the_ui_renders_the_score_table(prefect_ui, browser, published, ui) -> N
     assert len(cells) == len(published["rows"])
     for agent, row in overall.items():
         (shown,) = [c for c in cells if c["agent"] == agent and c["source"] == "all"]
-        assert int(shown["n"]) == row["n"] == 10
+        assert int(shown["n questions"]) == row["n"] == 10
+        assert float(shown["parse rate"]) == row["parse_rate"] == 1.0
         assert abs(float(shown["brier"]) - row["brier"]) < 5e-4, (shown, row)
         assert abs(float(shown["log_score"]) - row["log_score"]) < 5e-4, (shown, row)
     assert float(next(c for c in cells if c["agent"] == "uniform")["brier"]) == 0.25

@@ -66,7 +66,7 @@ def test_deployments_run_on_a_real_server_with_a_process_worker(
             "-p",
             "agent=tiny",
             "-p",
-            'train={"max_groups": 3, "learning_rate": 1e-3}',
+            'train={"max_groups": 3, "config": {"learning_rate": 1e-3}}',
             "--watch",
             "--watch-timeout",
             "150",
