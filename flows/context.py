@@ -27,7 +27,12 @@ from futureworld.sources.http import HttpConfig
 from futureworld.sources.platforms import SourceName
 from futureworld.sources.question_judge import Complete
 from storage.engine import make_engine, session_scope, upgrade_database
-from storage.repositories.agents import ensure_agent, get_agent, latest_policy_version
+from storage.repositories.agents import (
+    ensure_agent,
+    get_agent,
+    latest_policy_version,
+    served_policy_version,
+)
 
 if TYPE_CHECKING:  # torch and transformers load when a backend is built, not at start-up
     from futureworld.policy.loading import BackendSpec
@@ -120,6 +125,15 @@ class PipelineContext:
                 )
 
     def current_version(self, agent: Agent) -> PolicyVersion:
+        """The agent's served version, its newest promoted one (ARCHITECTURE §9b): what predict
+        samples, the judge and the server use, and the version the next update starts from. A
+        candidate or rejected version is never it."""
+        with session_scope(self.engine) as session:
+            return served_policy_version(session, agent.id)
+
+    def newest_version(self, agent: Agent) -> PolicyVersion:
+        """The agent's newest registered version, whatever its status: an update registers
+        its version as the one after it (and writes its checkpoint under that number)."""
         with session_scope(self.engine) as session:
             return latest_policy_version(session, agent.id)
 
@@ -171,7 +185,7 @@ class PipelineContext:
         return AutoTokenizer.from_pretrained(source, local_files_only=True)
 
     def text_completer(self, agent_name: str) -> Complete:
-        """A text-in, text-out completion over an agent's newest policy (the question judge)."""
+        """A text-in, text-out completion over an agent's served policy (the question judge)."""
         from futureworld.agent.prompts import encode_chat
 
         agent = self.agent(agent_name)

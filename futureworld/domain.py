@@ -430,6 +430,19 @@ class Agent:
         object.__setattr__(self, "backend", BackendKind(self.backend))
 
 
+class VersionStatus(StrEnum):
+    """Whether a registered policy version may serve (ARCHITECTURE §9b). An agent serves its
+    newest promoted version: that version samples its rollouts and is the next update's base."""
+
+    CANDIDATE = "candidate"
+    """Registered by an update, not yet through the promotion gate: it samples no rollout."""
+    PROMOTED = "promoted"
+    """May serve: the base model (version 0), a version that passed the gate, or one a person
+    promoted."""
+    REJECTED = "rejected"
+    """Failed the gate or a person rejected it: kept, with its reason, and never served."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PolicyVersion:
     agent_id: int
@@ -439,7 +452,22 @@ class PolicyVersion:
     parent_version: int | None = None
     training_run_id: int | None = None
     created_at: datetime = field(default_factory=utc_now)
+    status: VersionStatus = VersionStatus.PROMOTED
+    """An update that goes through the promotion gate registers its version as CANDIDATE; the
+    default is for what is registered without a gate (the base model, a person's checkpoint)."""
+    status_reason: str = ""
+    """Why the version has its status: the gate's verdict, or a person's words."""
+    validation_questions: int = 0
+    """Held-out validation questions its gate scored it on (0: not gated or no data)."""
+    validation_brier: float | None = None
+    """Its Brier on those questions (each question's forecast the mean of its rollouts)."""
+    validation_parse_rate: float | None = None
+    """Share of its rollouts on those questions whose answer parsed."""
     id: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", VersionStatus(self.status))
+        require_utc(self.created_at, "created_at")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -142,6 +142,15 @@ class PolicyVersionRow(SQLModel, table=True):
     checkpoint_sha256: str = _str("")
     training_run_id: int | None = None
     created_at: datetime = _utc()
+    status: str = _str("promoted")
+    """candidate | promoted | rejected (futureworld.domain.VersionStatus)."""
+    status_reason: str = _text()
+    validation_questions: int = 0
+    validation_brier: float | None = None
+    validation_parse_rate: float | None = None
+    validation_forecasts: dict[str, Any] = _json()
+    """The promotion gate's forecasts by this version of held-out questions: question id →
+    each rollout's P(yes), null where it did not parse. Never rollouts, so never replayed."""
 
 
 class RolloutRow(SQLModel, table=True):

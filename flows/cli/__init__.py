@@ -28,6 +28,7 @@ from flows.cli.history import export_app, register_history_commands
 from flows.cli.learning import register_learning_commands
 from flows.cli.orchestration import orchestration_app
 from flows.cli.pipeline import register_pipeline_commands
+from flows.cli.versions import register_version_commands
 
 USAGE_ERROR = 2
 """Exit code of the caller's mistakes (usage, unknown names, bad values, services, paths)."""
@@ -131,6 +132,7 @@ app.add_typer(orchestration_app, name="orchestrate", help="Prefect deployments, 
 register_pipeline_commands(app)
 register_learning_commands(app)
 register_history_commands(app)
+register_version_commands(app)
 app.command("demo")(demo_command)
 
 

@@ -14,7 +14,7 @@ later is not trainable yet, and one re-resolved later is trained on its earlier 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -36,6 +36,7 @@ from storage.repositories._sql import insert
 from storage.repositories.questions import current_outcomes
 from storage.repositories.rollouts import load_trajectories
 from storage.tables import (
+    QuestionRow,
     ReplayConsumptionRow,
     RewardRow,
     RolloutRow,
@@ -53,13 +54,16 @@ def select_replay_batch(
     max_groups: int | None = None,
     reuse: bool = False,
     as_of: datetime | None = None,
+    exclude_question_ids: Collection[int] = frozenset(),
 ) -> ReplayBatch:
     """The agent's replayable groups, oldest first, as scored rollouts with their tokens.
 
     Each rollout carries the reward `reward_fn` gave it under its question's current outcome
     revision, and its staleness against `current_version`. Groups with fewer than
     MIN_GROUP_SIZE scored rollouts are counted, not returned; `max_groups` leaves the rest
-    for a later update. With `as_of`, only outcome revisions revealed by then count.
+    for a later update. With `as_of`, only outcome revisions revealed by then count. Rollouts
+    of `exclude_question_ids` (the held-out validation questions, `held_out_question_ids`) are
+    not replayed, nor counted.
     """
     current = current_outcomes(as_of)
     consumed = exists().where(
@@ -94,13 +98,24 @@ def select_replay_batch(
     )
     if not reuse:
         statement = statement.where(~consumed)
+    rows: Iterable[Any] = session.execute(statement)
+    if exclude_question_ids:
+        # Filtered here, not in SQL: a validation slice can hold more ids than a bound IN list.
+        excluded = frozenset(exclude_question_ids)
+        rows = (row for row in rows if row[1] not in excluded)
     return replay_groups(
-        session,
-        agent_id,
-        session.execute(statement),
-        current_version=current_version,
-        max_groups=max_groups,
+        session, agent_id, rows, current_version=current_version, max_groups=max_groups
     )
+
+
+def held_out_question_ids(
+    session: Session, is_held_out: Callable[[str, str], bool]
+) -> frozenset[int]:
+    """Ids of the stored questions `is_held_out(source, external_id)` puts in the validation
+    slice (futureworld.validation.is_held_out with the configured fraction): what replay
+    leaves out, so no update trains on the questions its promotion gate scores it on."""
+    rows = session.execute(select(QuestionRow.id, QuestionRow.source, QuestionRow.external_id))
+    return frozenset(qid for qid, source, external_id in rows if is_held_out(source, external_id))
 
 
 def replay_groups(

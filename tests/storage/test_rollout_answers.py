@@ -30,7 +30,7 @@ from storage.repositories.questions import (
 )
 from storage.repositories.rewards import rollout_answers
 from storage.repositories.rollouts import _rollout_values, insert_rollouts, load_trajectories
-from storage.tables import BackfillQueueRow, RolloutRow
+from storage.tables import AgentRow, BackfillQueueRow, RolloutRow
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -118,22 +118,28 @@ def test_migration_0005_gives_earlier_rollouts_an_empty_vector(tmp_path, postgre
             with session_scope(engine) as session:
                 upsert_questions(session, _questions()[:1])
                 [question] = list_questions(session)
-                agent = ensure_agent(session, Agent(name="a", base_model="m", backend="local"))
+                # the agent row as revision 0004 stored it (policy_version has later columns)
+                agent_id = session.execute(
+                    insert(AgentRow.__table__).values(
+                        name="a", base_model="m", backend="local", generation={},
+                        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+                    )
+                ).inserted_primary_key[0]  # fmt: skip
             old = Trajectory(
-                question_id=question.id, agent_id=agent.id, policy_version=0, sample_index=0
+                question_id=question.id, agent_id=agent_id, policy_version=0, sample_index=0
             )
             values = {k: v for k, v in _rollout_values(old).items() if k != "probabilities"}
             values["p_yes"] = 0.4
             with engine.begin() as connection:  # a rollout as revision 0004 stored it
                 connection.execute(insert(RolloutRow.__table__).values(values))
             upgrade_database(engine)
-            assert current_revision(engine) == "0007"
+            assert current_revision(engine) == "0008"
             with session_scope(engine) as session:
                 [stored] = load_trajectories(session, list(session.scalars(select(RolloutRow.id))))
                 assert stored.p_yes == 0.4 and stored.probabilities == ()
                 later = Trajectory(
                     question_id=question.id,
-                    agent_id=agent.id,
+                    agent_id=agent_id,
                     policy_version=0,
                     sample_index=1,
                     choice=0,

@@ -1,0 +1,375 @@
+"""Promote: a registered policy version serves only after it passes the promotion gate
+(ARCHITECTURE §9b); a person can overrule the gate either way. Owns which questions the gate
+scores, how their forecasts are made and kept, and the status it records; the rules of the
+verdict are futureworld.validation's (`judge_candidate`), the slice its `is_held_out`.
+
+The gate scores a candidate on the held-out validation questions whose outcome is revealed by
+`ctx.as_of` (binary ones: the Brier rule needs an outcome of 0 or 1), the most recently
+resolved first. Each is forecast as of its own `info_cutoff_at`, so search sees only what was
+visible when the question was posed, by the rollout engine the predict stage runs (every
+question in flight at once), with the agent's generation settings and seeds that depend on the
+question and sample only, so candidate and parent draw with common random numbers. The parent
+is scored on the same questions, paired: from its own stored validation forecasts, else its
+stored rollouts of the question (its first forecast made by then), else forecast the same way.
+
+Gate forecasts are never training data: they are not rollouts at all but kept on the version's
+row (policy_version.validation_forecasts: question id → each rollout's P(yes)), so neither
+replay, backfill nor evaluate ever reads them; and replay leaves out every held-out question
+(select_replay_batch's `exclude_question_ids`, `validation_question_ids`), so the stored
+rollouts the gate reuses are never trained on either. A re-run of the gate reuses what it kept.
+
+A group the engine cannot forecast counts as unparsed on that side. If the candidate could not
+forecast any question (its weights will not load, its server does not list it), the gate stops
+with GateError and the version stays a candidate: that is not a verdict on its forecasts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from flows.context import PipelineContext
+from futureworld.domain import (
+    Agent,
+    OutcomeStatus,
+    ParseStatus,
+    PolicyVersion,
+    Question,
+    QuestionKind,
+    Trajectory,
+    VersionStatus,
+)
+from futureworld.validation import (
+    ForecastHealth,
+    GateOptions,
+    check_fraction,
+    is_held_out,
+    judge_candidate,
+)
+from storage.engine import run_transaction, session_scope
+from storage.repositories.agents import (
+    get_policy_version,
+    list_policy_versions,
+    record_validation_forecasts,
+    set_version_status,
+    validation_forecasts,
+)
+from storage.repositories.questions import latest_outcomes, list_questions
+from storage.repositories.rollouts import forecasts_of
+from storage.repositories.training import held_out_question_ids
+
+NO_VALIDATION_DATA = "no validation data"
+"""The reason recorded for a version promoted because no validation question was resolved."""
+GATE_SEED_SALT = -1
+"""Stands for the version in the gate's rollout seeds, so every version draws the same dice."""
+_QUESTION_CHUNK = 500
+
+
+class GateError(RuntimeError):
+    """The gate could not judge a version (no forecast came back); it stays a candidate."""
+
+
+@dataclass(frozen=True)
+class GateReport:
+    agent: str
+    version: int
+    parent_version: int | None
+    status: VersionStatus
+    reason: str
+    questions: int = 0
+    """Validation questions scored (0: no validation data)."""
+    candidate: ForecastHealth | None = None
+    parent: ForecastHealth | None = None
+    brier_ci: tuple[float, float] | None = None
+    forecast: dict[str, int] = field(default_factory=dict)
+    """Questions forecast now, per side ("candidate", "parent"); the rest were reused."""
+
+
+def validation_question_ids(ctx: PipelineContext, fraction: float) -> frozenset[int]:
+    """Ids of every stored question in the validation slice of `fraction`: what replay leaves
+    out (`select_replay_batch(..., exclude_question_ids=...)`)."""
+    check_fraction(fraction)
+    with session_scope(ctx.engine) as session:
+        return held_out_question_ids(session, _slice(fraction))
+
+
+def _slice(fraction: float) -> Callable[[str, str], bool]:
+    return lambda source, external_id: is_held_out(source, external_id, fraction)
+
+
+def gate_version(
+    ctx: PipelineContext, agent_name: str, version: int, options: GateOptions = GateOptions()
+) -> GateReport:
+    """Judge `version` of `agent_name` against its parent on the validation questions revealed
+    by `ctx.as_of` and record the verdict: promoted (it serves from now on) or rejected (kept
+    with its reason; the agent keeps serving its newest promoted version). With no validation
+    question resolved yet it is promoted, reason NO_VALIDATION_DATA. A version already
+    promoted or rejected is judged again (its kept forecasts are reused)."""
+    agent = ctx.agent(agent_name)
+    assert agent.id is not None
+    if not agent.backend.generates:
+        raise ValueError(f"{agent.name} is a baseline: it has no versions to gate")
+    with session_scope(ctx.engine) as session:
+        candidate = get_policy_version(session, agent.id, version)
+        if candidate.parent_version is None:
+            raise ValueError(f"{agent.name} v{version} has no parent to be judged against")
+        parent = get_policy_version(session, agent.id, candidate.parent_version)
+    questions, outcomes = _validation_set(ctx, options)
+    if not questions:
+        reason = f"{NO_VALIDATION_DATA}: no held-out question resolved by {ctx.as_of.isoformat()}"
+        _decide(ctx, candidate, VersionStatus.PROMOTED, reason, questions=0)
+        return GateReport(agent.name, version, parent.version, VersionStatus.PROMOTED, reason)
+    mine, made, failures = _forecasts(
+        ctx, agent, candidate, questions, options, reuse_rollouts=False
+    )
+    if failures and len(failures) == len(questions):
+        raise GateError(
+            f"{agent.name} v{version} could not forecast any of {len(questions)} validation "
+            f"questions ({failures[0]}); it stays a candidate"
+        )
+    theirs, made_parent, _ = _forecasts(ctx, agent, parent, questions, options, reuse_rollouts=True)
+    verdict = judge_candidate(
+        mine, theirs, outcomes, options, parent_name=f"parent v{parent.version}"
+    )
+    status = VersionStatus.PROMOTED if verdict.promote else VersionStatus.REJECTED
+
+    def record(session) -> None:
+        record_validation_forecasts(
+            session, agent.id, candidate.version, {q.id: mine[q.id] for q in made}
+        )
+        record_validation_forecasts(
+            session, agent.id, parent.version, {q.id: theirs[q.id] for q in made_parent}
+        )
+
+    run_transaction(ctx.engine, record, what="gate: keep validation forecasts")
+    _decide(
+        ctx,
+        candidate,
+        status,
+        verdict.reason,
+        questions=len(questions),
+        brier=verdict.candidate.brier,
+        parse_rate=verdict.candidate.parse_rate,
+    )
+    return GateReport(
+        agent.name,
+        version,
+        parent.version,
+        status,
+        verdict.reason,
+        questions=len(questions),
+        candidate=verdict.candidate,
+        parent=verdict.parent,
+        brier_ci=verdict.brier_ci,
+        forecast={"candidate": len(made), "parent": len(made_parent)},
+    )
+
+
+def gate_candidates(
+    ctx: PipelineContext, agent_name: str, options: GateOptions = GateOptions()
+) -> list[GateReport]:
+    """Gate every candidate version of the agent, oldest first (an update registers one; a
+    crash between registering and gating leaves one for the next run)."""
+    agent = ctx.agent(agent_name)
+    if not agent.backend.generates:
+        return []
+    with session_scope(ctx.engine) as session:
+        pending = [
+            v.version
+            for v in list_policy_versions(session, agent.id)
+            if v.status is VersionStatus.CANDIDATE
+        ]
+    return [gate_version(ctx, agent_name, version, options) for version in pending]
+
+
+def promote_version(
+    ctx: PipelineContext, agent_name: str, version: int, reason: str = ""
+) -> PolicyVersion:
+    """A person promotes a version, whatever the gate said: the agent serves it unless a newer
+    one is promoted."""
+    return _by_hand(ctx, agent_name, version, VersionStatus.PROMOTED, reason or "promoted")
+
+
+def reject_version(
+    ctx: PipelineContext, agent_name: str, version: int, reason: str
+) -> PolicyVersion:
+    """A person rejects a version (not version 0, the base): it is kept and never served; the
+    agent serves its newest promoted version, which the next update starts from."""
+    if not reason.strip():
+        raise ValueError("a rejection needs a reason")
+    return _by_hand(ctx, agent_name, version, VersionStatus.REJECTED, reason)
+
+
+def version_lineage(ctx: PipelineContext, agent_name: str) -> list[PolicyVersion]:
+    """Every registered version of the agent, oldest first, with its status and gate record."""
+    agent = ctx.agent(agent_name)
+    with session_scope(ctx.engine) as session:
+        return list_policy_versions(session, agent.id)
+
+
+def _by_hand(
+    ctx: PipelineContext, agent_name: str, version: int, status: VersionStatus, reason: str
+) -> PolicyVersion:
+    agent = ctx.agent(agent_name)
+    text = f"by hand: {' '.join(reason.split())}"
+    return run_transaction(
+        ctx.engine,
+        lambda session: set_version_status(session, agent.id, version, status, text),
+        what=f"{status} {agent.name} v{version}",
+    )
+
+
+def _decide(
+    ctx: PipelineContext,
+    version: PolicyVersion,
+    status: VersionStatus,
+    reason: str,
+    *,
+    questions: int,
+    brier: float | None = None,
+    parse_rate: float | None = None,
+) -> None:
+    run_transaction(
+        ctx.engine,
+        lambda session: set_version_status(
+            session,
+            version.agent_id,
+            version.version,
+            status,
+            reason,
+            validation_questions=questions,
+            validation_brier=brier,
+            validation_parse_rate=parse_rate,
+        ),
+        what=f"gate: {status} v{version.version}",
+    )
+
+
+def _validation_set(
+    ctx: PipelineContext, options: GateOptions
+) -> tuple[list[Question], dict[int, float]]:
+    """The binary held-out questions resolved by `ctx.as_of` (newest resolution first, at most
+    `options.max_questions`) and their outcomes."""
+    with session_scope(ctx.engine) as session:
+        held = held_out_question_ids(session, _slice(options.validation_fraction))
+        revealed = [
+            outcome
+            for qid, outcome in latest_outcomes(session, as_of=ctx.as_of).items()
+            if qid in held and outcome.status is OutcomeStatus.RESOLVED
+        ]
+        revealed.sort(key=lambda o: (o.resolved_at, o.question_id), reverse=True)
+        chosen: list[Question] = []
+        for start in range(0, len(revealed), _QUESTION_CHUNK):
+            chunk = [o.question_id for o in revealed[start : start + _QUESTION_CHUNK]]
+            by_id = {q.id: q for q in list_questions(session, ids=chunk)}
+            for qid in chunk:
+                question = by_id.get(qid)
+                if question is None or question.kind is not QuestionKind.BINARY:
+                    continue
+                if question.info_cutoff_at > ctx.as_of:
+                    continue
+                chosen.append(question)
+                if options.max_questions is not None and len(chosen) >= options.max_questions:
+                    break
+            if options.max_questions is not None and len(chosen) >= options.max_questions:
+                break
+    values = {o.question_id: float(o.value) for o in revealed if o.value is not None}
+    return chosen, {q.id: values[q.id] for q in chosen if q.id is not None}
+
+
+def _forecasts(
+    ctx: PipelineContext,
+    agent: Agent,
+    version: PolicyVersion,
+    questions: Sequence[Question],
+    options: GateOptions,
+    *,
+    reuse_rollouts: bool,
+) -> tuple[dict[int, tuple[float | None, ...]], list[Question], list[str]]:
+    """(question id → each rollout's P(yes), the questions forecast now, why each group that
+    failed did): the version's kept validation forecasts, then (`reuse_rollouts`) its stored
+    rollouts, then new forecasts."""
+    with session_scope(ctx.engine) as session:
+        kept = validation_forecasts(session, agent.id, version.version)
+        stored = _stored_rollouts(session, agent, version, ctx.as_of) if reuse_rollouts else {}
+    samples: dict[int, tuple[float | None, ...]] = {}
+    missing: list[Question] = []
+    for question in questions:
+        assert question.id is not None
+        found = kept.get(question.id) or stored.get(question.id)
+        if found:
+            samples[question.id] = found
+        else:
+            missing.append(question)
+    failures: list[str] = []
+    if missing:
+        made, failures = _forecast_now(ctx, agent, version, missing, options.samples)
+        samples.update(made)
+    return samples, missing, failures
+
+
+def _stored_rollouts(
+    session, agent: Agent, version: PolicyVersion, as_of: datetime
+) -> dict[int, tuple[float | None, ...]]:
+    """The version's first forecast (one group: one forecast time) of each question made by
+    `as_of`, from its stored rollouts."""
+    groups: dict[int, tuple[datetime | None, list[float | None]]] = {}
+    for forecast in forecasts_of(session, agent.id):
+        if forecast.policy_version != version.version:
+            continue
+        if forecast.as_of is None or forecast.as_of > as_of:
+            continue
+        made_at, answers = groups.setdefault(forecast.question_id, (forecast.as_of, []))
+        if forecast.as_of < made_at:  # an earlier forecast time: start over with it
+            groups[forecast.question_id] = (forecast.as_of, [forecast.p_yes])
+        elif forecast.as_of == made_at:
+            answers.append(forecast.p_yes)
+    return {qid: tuple(answers) for qid, (_, answers) in groups.items()}
+
+
+def _forecast_now(
+    ctx: PipelineContext,
+    agent: Agent,
+    version: PolicyVersion,
+    questions: Sequence[Question],
+    samples: int,
+) -> tuple[dict[int, tuple[float | None, ...]], list[str]]:
+    """Each question forecast by `version` as of its own info_cutoff_at, through the rollout
+    engine on the version's backend; a group that fails counts as unparsed (and says why)."""
+    from futureworld.agent.engine import GroupFailure, GroupJob, RolloutEngine
+    from futureworld.agent.loop import rollout_seed
+
+    assert agent.id is not None
+    seed = agent.generation.seed
+    jobs = [
+        GroupJob(
+            question=question,
+            samples=tuple(range(samples)),
+            seeds=tuple(rollout_seed(seed, question.id, GATE_SEED_SALT, i) for i in range(samples)),
+            as_of=min(question.info_cutoff_at, ctx.as_of),
+        )
+        for question in questions
+        if question.id is not None
+    ]
+    engine = RolloutEngine(
+        ctx.backend(agent, version),
+        ctx.corpus,
+        agent.generation,
+        agent_id=agent.id,
+        policy_version=version.version,
+    )
+    out: dict[int, tuple[float | None, ...]] = {}
+    failures: list[str] = []
+
+    def done(job: GroupJob, group: list[Trajectory]) -> None:
+        out[job.question.id] = tuple(
+            t.p_yes if t.parse_status is ParseStatus.OK else None for t in group
+        )
+
+    def failed(failure: GroupFailure) -> None:
+        out[failure.job.question.id] = (None,) * samples
+        failures.append(f"question {failure.job.question.id}: {failure.kind}: {failure.detail}")
+
+    engine.run(jobs, done, failed)
+    return out, failures

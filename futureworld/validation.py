@@ -1,0 +1,225 @@
+"""The held-out validation slice and the promotion gate's rules (ARCHITECTURE §9b): which
+questions no update ever trains on, so a policy version can be scored on questions it has not
+learnt from, and when such scores say a new version must not serve (`judge_candidate`).
+
+A question is held out when a hash of its (source, external_id) falls in the first `fraction`
+of the hash space. The key is the question's identity at its source, not a database id, so the
+slice is the same on every database, on re-import and across re-harvests; it is deterministic
+and needs no stored state. Pure functions: the storage-side filter and the gate
+(flows.stages.promotion) take them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from futureworld.evaluation import question_forecast
+from futureworld.scoring import brier, paired_bootstrap_difference
+
+DEFAULT_VALIDATION_FRACTION = 0.1
+"""Share of questions held out for validation when nothing else is configured."""
+
+_HASH_SPACE = 2**64
+
+
+def validation_point(source: str, external_id: str) -> float:
+    """A question's place in the hash space, uniform in [0, 1): the first 8 bytes of
+    sha256(source NUL external_id) over 2⁶⁴ (NUL cannot occur in either stored field)."""
+    digest = hashlib.sha256(f"{source}\x00{external_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / _HASH_SPACE
+
+
+def is_held_out(
+    source: str, external_id: str, fraction: float = DEFAULT_VALIDATION_FRACTION
+) -> bool:
+    """Whether the question (source, external_id) belongs to the validation slice: its
+    `validation_point` < `fraction`. A larger fraction holds out a superset of a smaller one's
+    questions; fraction 0 holds out nothing, 1 everything."""
+    check_fraction(fraction)
+    return validation_point(source, external_id) < fraction
+
+
+def check_fraction(fraction: float) -> float:
+    """`fraction` if it lies in [0, 1]; ValueError naming it otherwise."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"validation fraction must lie in [0, 1]; got {fraction}")
+    return fraction
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateOptions:
+    """The promotion gate's slice, effort and rules (flows.stages.promotion; the rules are
+    `judge_candidate`'s). A candidate is rejected when any rule fails; all are checked."""
+
+    validation_fraction: float = DEFAULT_VALIDATION_FRACTION
+    """Share of questions held out (`is_held_out`); replay must exclude the same slice."""
+    samples: int = 4
+    """Rollouts per validation question when the gate forecasts it with a version."""
+    max_questions: int | None = 200
+    """Score at most this many validation questions: the most recently resolved."""
+    max_parse_drop: float = 0.05
+    """Reject when the candidate's parse rate is below its parent's by more than this."""
+    extreme_margin: float = 0.02
+    """A parsed answer within this of 0 or 1 counts as extreme."""
+    max_extreme_share: float = 0.5
+    """Reject as collapsed when more than this share of the candidate's parsed answers is
+    extreme and the share is above its parent's (a parent above the bound is not held
+    against its child that is no worse)."""
+    max_brier_increase: float = 0.0
+    """Reject when the lower end of the paired bootstrap interval of Brier(candidate) −
+    Brier(parent) is above this: the candidate is worse beyond what resampling the questions
+    explains. 0 rejects only a version worse with confidence `level`."""
+    min_brier_questions: int = 10
+    """The Brier rule needs this many validation questions; below it only the health rules
+    (parse rate, extremes) decide, and the reason says so."""
+    level: float = 0.95
+    """Confidence level of the paired bootstrap interval."""
+    n_resamples: int = 1000
+    """Bootstrap resamples of the questions."""
+    seed: int = 0
+    """Seed of the bootstrap's resampling."""
+
+    def __post_init__(self) -> None:
+        check_fraction(self.validation_fraction)
+        for name in ("max_parse_drop", "extreme_margin", "max_extreme_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1]; got {getattr(self, name)}")
+        if self.extreme_margin >= 0.5:
+            raise ValueError(f"extreme_margin must be below 0.5; got {self.extreme_margin}")
+        if self.samples < 1 or self.n_resamples < 1 or self.min_brier_questions < 1:
+            raise ValueError("samples, n_resamples and min_brier_questions must be >= 1")
+        if self.max_questions is not None and self.max_questions < 1:
+            raise ValueError(f"max_questions must be >= 1 or None; got {self.max_questions}")
+        if not 0.0 < self.level < 1.0:
+            raise ValueError(f"level must lie in (0, 1); got {self.level}")
+
+
+Samples = Mapping[int, Sequence[float | None]]
+"""question id → each rollout's P(yes), None where its answer did not parse."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForecastHealth:
+    """One version's forecasts of the validation questions, summarised."""
+
+    questions: int
+    brier: float
+    """Brier of the question forecasts (a question's: the mean of its rollouts, an unparsed
+    one counted as IMPUTED_P, futureworld.evaluation.question_forecast)."""
+    parse_rate: float
+    """Parsed rollouts / all rollouts."""
+    extreme_share: float
+    """Parsed rollouts within `extreme_margin` of 0 or 1 / parsed rollouts (0 with none)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateVerdict:
+    promote: bool
+    reason: str
+    """One line: what failed (or that it passed), then the numbers."""
+    candidate: ForecastHealth
+    parent: ForecastHealth
+    brier_difference: float
+    """Brier(candidate) − Brier(parent) on the same questions."""
+    brier_ci: tuple[float, float] | None
+    """Its paired bootstrap interval; None when too few questions for the Brier rule."""
+
+
+def forecast_health(
+    samples: Samples, outcomes: Mapping[int, float], margin: float
+) -> ForecastHealth:
+    """Brier, parse rate and extreme share of one version's samples of `outcomes`' questions."""
+    p, y, parsed, total, extreme = [], [], 0, 0, 0
+    for question_id, value in outcomes.items():
+        answers = samples[question_id]
+        p.append(question_forecast(answers)[0])
+        y.append(value)
+        total += len(answers)
+        for answer in answers:
+            if answer is not None:
+                parsed += 1
+                extreme += answer <= margin or answer >= 1.0 - margin
+    return ForecastHealth(
+        questions=len(outcomes),
+        brier=brier(p, y),
+        parse_rate=parsed / total if total else 0.0,
+        extreme_share=extreme / parsed if parsed else 0.0,
+    )
+
+
+def judge_candidate(
+    candidate: Samples,
+    parent: Samples,
+    outcomes: Mapping[int, float],
+    options: GateOptions,
+    *,
+    parent_name: str = "parent",
+) -> GateVerdict:
+    """The gate's verdict on a candidate, paired with its parent on the same validation
+    questions (`outcomes`: question id → 1.0 / 0.0; both sample maps cover every one).
+
+    Rejected when any of these holds (all are checked and named):
+    - parse: parse_rate(candidate) < parse_rate(parent) − max_parse_drop;
+    - collapse: extreme_share(candidate) > max_extreme_share and > extreme_share(parent);
+    - Brier, with at least min_brier_questions questions: the lower end of the `level`
+      percentile interval of Brier(candidate) − Brier(parent), resampling questions with
+      each question's forecast fixed (paired_bootstrap_difference), is > max_brier_increase.
+    """
+    if not outcomes:
+        raise ValueError("a verdict needs at least one validation question")
+    mine = forecast_health(candidate, outcomes, options.extreme_margin)
+    theirs = forecast_health(parent, outcomes, options.extreme_margin)
+    failed: list[str] = []
+    if mine.parse_rate < theirs.parse_rate - options.max_parse_drop:
+        failed.append(
+            f"parse rate {mine.parse_rate:.2f} is more than {options.max_parse_drop:.2f} below "
+            f"{parent_name}'s {theirs.parse_rate:.2f}"
+        )
+    if mine.extreme_share > options.max_extreme_share and mine.extreme_share > theirs.extreme_share:
+        failed.append(
+            f"collapsed: {mine.extreme_share:.0%} of answers within {options.extreme_margin} of "
+            f"0 or 1 (bound {options.max_extreme_share:.0%}, {parent_name} "
+            f"{theirs.extreme_share:.0%})"
+        )
+    ids = sorted(outcomes)
+    rows = {
+        side: [(q, question_forecast(samples[q])[0], outcomes[q]) for q in ids]
+        for side, samples in (("candidate", candidate), ("parent", parent))
+    }
+    difference = mine.brier - theirs.brier
+    interval: tuple[float, float] | None = None
+    brier_note = f"Brier {mine.brier:.4f} vs {parent_name} {theirs.brier:.4f} ({difference:+.4f}"
+    if len(ids) >= options.min_brier_questions:
+        paired = paired_bootstrap_difference(
+            rows["parent"],
+            rows["candidate"],
+            brier,
+            n_resamples=options.n_resamples,
+            level=options.level,
+            seed=options.seed,
+        )
+        interval = paired.ci
+        brier_note += f", {options.level:.0%} CI [{interval[0]:+.4f}, {interval[1]:+.4f}])"
+        if interval[0] > options.max_brier_increase:
+            failed.append(
+                f"Brier worse than {parent_name} beyond the interval (lower end "
+                f"{interval[0]:+.4f} > {options.max_brier_increase:+.4f})"
+            )
+    else:
+        brier_note += f"; Brier rule needs {options.min_brier_questions} questions)"
+    numbers = (
+        f"{brier_note} on {len(ids)} questions; parse rate {mine.parse_rate:.2f} vs "
+        f"{theirs.parse_rate:.2f}; extreme share {mine.extreme_share:.2f} vs "
+        f"{theirs.extreme_share:.2f}"
+    )
+    verdict = "passed" if not failed else "rejected: " + "; ".join(failed)
+    return GateVerdict(
+        promote=not failed,
+        reason=f"{verdict} — {numbers}",
+        candidate=mine,
+        parent=theirs,
+        brier_difference=difference,
+        brier_ci=interval,
+    )

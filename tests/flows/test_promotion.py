@@ -1,0 +1,281 @@
+"""The promotion gate on real databases with real tiny models: a version whose answers never
+parse, or that states certainty about everything, is rejected and the agent goes on serving
+its parent; a rejected version never samples a rollout; the validation slice never enters a
+replay batch; with nothing resolved yet the gate promotes and says why.
+
+The models are tiny Qwen2 networks whose weights are set by hand (`answering_model`): their
+layers add nothing, so each next token depends on the current one only, wired so that any
+prompt is answered `<probability>{answer}</probability>`. The broken one is the random tiny
+model with its LM head scaled by 100: sampling is then deterministic and never an answer."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+from sqlalchemy import Engine, func, select
+
+from flows.context import PipelineContext
+from flows.stages.predicting import predict
+from flows.stages.promotion import (
+    NO_VALIDATION_DATA,
+    gate_candidates,
+    gate_version,
+    reject_version,
+    validation_question_ids,
+)
+from futureworld.domain import Agent, PolicyVersion, Question, VersionStatus
+from futureworld.policy.tiny import init_tiny_model
+from futureworld.validation import GateOptions, is_held_out
+from storage.engine import make_engine, session_scope
+from storage.repositories.agents import (
+    ensure_agent,
+    get_agent,
+    register_policy_version,
+    validation_forecasts,
+)
+from storage.repositories.questions import upsert_questions
+from storage.repositories.training import held_out_question_ids, select_replay_batch
+from storage.tables import RolloutRow
+from tests.flows.conftest import (
+    CUTOFF,
+    GENERATION,
+    RESOLVED_AT,
+    make_context,
+    resolve_every_question,
+)
+
+HELD_OUT = [f"v{i}" for i in range(400) if is_held_out("test", f"v{i}")][:12]
+TRAINING = [f"v{i}" for i in range(400) if not is_held_out("test", f"v{i}")][:3]
+GATE = GateOptions(samples=2)
+
+
+def answering_model(base: Path, out: Path, answer: str) -> Path:
+    """The tiny model `base` rewired to answer every prompt with `answer`: attention and MLP
+    outputs are zeroed (the residual stream is the token's embedding), each chain token of
+    `<probability>{answer}</probability>` has an embedding axis of its own whose LM-head row
+    is its successor's, and every other token shares axis 0, whose successor is the opening
+    tag. Logit gaps of 80 make sampling at temperature 1 deterministic."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    config = AutoModelForCausalLM.from_pretrained(base, local_files_only=True).config
+    config.tie_word_embeddings = False
+    model = Qwen2ForCausalLM(config)
+    chain = tokenizer.encode(f"<probability>{answer}</probability>", add_special_tokens=False)
+    assert len(set(chain)) == len(chain) < config.hidden_size
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embed = torch.zeros(config.vocab_size, config.hidden_size)
+        embed[:, 0] = 1.0
+        head = torch.zeros(config.vocab_size, config.hidden_size)
+        head[chain[0], 0] = 10.0
+        for k, token in enumerate(chain):
+            embed[token] = 0.0
+            embed[token, k + 1] = 1.0
+            successor = chain[k + 1] if k + 1 < len(chain) else tokenizer.eos_token_id
+            head[successor, k + 1] = 10.0
+        model.model.embed_tokens.weight.copy_(embed)
+        model.lm_head.weight = torch.nn.Parameter(head)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def greedy_gibberish_model(base: Path, out: Path) -> Path:
+    """The random tiny model with its LM head scaled by 100: deterministic, never answering."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(100.0)
+    model.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(base, local_files_only=True).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("gate-models")
+    base = init_tiny_model(root / "random", seed=2)
+    return {
+        "hedging": answering_model(base, root / "hedging", "0.5"),
+        "certain": answering_model(base, root / "certain", "1"),
+        "gibberish": greedy_gibberish_model(base, root / "gibberish"),
+    }
+
+
+def _questions(engine: Engine, external_ids: list[str], *, at=CUTOFF) -> None:
+    with session_scope(engine) as session:
+        upsert_questions(
+            session,
+            [
+                Question(
+                    source="test",
+                    external_id=e,
+                    title=f"Will event {e} happen?",
+                    created_at=at,
+                    info_cutoff_at=at,
+                    close_at=at + timedelta(days=2),
+                )
+                for e in external_ids
+            ],
+        )
+
+
+def _agent_with_forecasts(engine: Engine, tmp_path: Path, base: Path) -> PipelineContext:
+    """Agent "tiny" (v0 answers 0.5) has forecast every question (12 held out, 3 not) before
+    they resolved; the returned context is as of their resolution."""
+    with session_scope(engine) as session:
+        ensure_agent(
+            session,
+            Agent(name="tiny", base_model=str(base), backend="local", generation=GENERATION),
+        )
+    _questions(engine, HELD_OUT + TRAINING)
+    report = predict(make_context(engine, tmp_path), "tiny", samples=2)
+    assert report.questions == 15
+    resolve_every_question(engine)
+    return make_context(engine, tmp_path, as_of=RESOLVED_AT)
+
+
+def _register(ctx: PipelineContext, checkpoint: Path, *, parent: int = 0) -> int:
+    with session_scope(ctx.engine) as session:
+        agent = get_agent(session, "tiny")
+        newest = ctx.newest_version(agent).version
+        return register_policy_version(
+            session,
+            PolicyVersion(
+                agent_id=agent.id,
+                version=newest + 1,
+                parent_version=parent,
+                checkpoint_path=str(checkpoint),
+                status=VersionStatus.CANDIDATE,
+            ),
+        ).version
+
+
+def _served(ctx: PipelineContext) -> int:
+    return ctx.current_version(ctx.agent("tiny")).version
+
+
+def test_the_gate_rejects_a_broken_version_and_the_agent_serves_its_parent(
+    engine: Engine, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    ctx = _agent_with_forecasts(engine, tmp_path, models["hedging"])
+    broken = _register(ctx, models["gibberish"])
+    assert _served(ctx) == 0  # a candidate does not serve
+
+    report = gate_version(ctx, "tiny", broken, GATE)
+    assert report.status is VersionStatus.REJECTED
+    assert report.questions == len(HELD_OUT)
+    assert "parse rate 0.00 is more than 0.05 below parent v0's 1.00" in report.reason
+    assert report.forecast == {"candidate": len(HELD_OUT), "parent": 0}  # v0's rollouts reused
+    assert _served(ctx) == 0
+    assert ctx.newest_version(ctx.agent("tiny")).version == broken
+    with session_scope(engine) as session:
+        agent_id = get_agent(session, "tiny").id
+        kept = validation_forecasts(session, agent_id, broken)
+        assert len(kept) == len(HELD_OUT) and all(s == (None, None) for s in kept.values())
+        # gate forecasts are not rollouts: nothing of v1 is stored where replay reads
+        v1_rollouts = select(func.count()).where(RolloutRow.policy_version == broken)
+        assert session.scalar(v1_rollouts) == 0
+
+    again = gate_version(ctx, "tiny", broken, GATE)  # a re-run reuses what it kept
+    assert again.status is VersionStatus.REJECTED and again.forecast == {
+        "candidate": 0,
+        "parent": 0,
+    }
+
+    collapsed = _register(ctx, models["certain"])
+    [verdict] = gate_candidates(ctx, "tiny", GATE)  # the one candidate left
+    assert verdict.version == collapsed and verdict.status is VersionStatus.REJECTED
+    assert "collapsed: 100% of answers within 0.02 of 0 or 1" in verdict.reason
+    assert verdict.candidate is not None and verdict.candidate.brier == 0.5
+    assert _served(ctx) == 0
+
+    healthy = _register(ctx, models["hedging"])
+    passed = gate_version(ctx, "tiny", healthy, GATE)
+    assert passed.status is VersionStatus.PROMOTED and passed.reason.startswith("passed")
+    assert _served(ctx) == healthy
+    served = ctx.current_version(ctx.agent("tiny"))
+    assert (served.validation_questions, served.validation_brier) == (len(HELD_OUT), 0.25)
+    assert served.validation_parse_rate == 1.0
+
+    reject_version(ctx, "tiny", healthy, "a person saw it misbehave")
+    assert _served(ctx) == 0
+
+
+def test_a_rejected_version_never_samples_a_rollout(
+    engine: Engine, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    ctx = _agent_with_forecasts(engine, tmp_path, models["hedging"])
+    broken = _register(ctx, models["gibberish"])
+    assert gate_version(ctx, "tiny", broken, GATE).status is VersionStatus.REJECTED
+    candidate = _register(ctx, models["certain"])  # not gated yet: no rollout either
+
+    later = RESOLVED_AT + timedelta(days=1)
+    _questions(engine, ["new-a", "new-b"], at=later)
+    report = predict(make_context(engine, tmp_path, as_of=later), "tiny", samples=2)
+    assert (report.policy_version, report.questions, report.rollouts) == (0, 2, 4)
+    with session_scope(engine) as session:
+        versions = set(session.scalars(select(RolloutRow.policy_version)))
+    assert versions == {0} and broken not in versions and candidate not in versions
+
+
+def test_with_no_validation_question_resolved_the_gate_promotes_and_says_so(
+    engine: Engine, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    with session_scope(engine) as session:
+        ensure_agent(
+            session,
+            Agent(
+                name="tiny",
+                base_model=str(models["hedging"]),
+                backend="local",
+                generation=GENERATION,
+            ),
+        )
+    _questions(engine, HELD_OUT[:2])  # held out, but not resolved as of the gate
+    ctx = make_context(engine, tmp_path)
+    version = _register(ctx, models["gibberish"])
+    report = gate_version(ctx, "tiny", version, GATE)
+    assert report.status is VersionStatus.PROMOTED
+    assert report.reason.startswith(NO_VALIDATION_DATA)
+    assert _served(ctx) == version
+
+
+def test_the_validation_set_never_enters_a_replay_batch(
+    db_url: str, tmp_path: Path, scored_tiny_agent
+) -> None:
+    scored_tiny_agent(db_url, tmp_path)  # three scored groups, of questions q0, q1, q2
+    engine = make_engine(db_url)
+    try:
+        ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
+        fraction = 0.5  # holds out q1 and q2 of source "test", not q0
+        held = validation_question_ids(ctx, fraction)
+        with session_scope(engine) as session:
+            agent_id = get_agent(session, "tiny").id
+            assert held == held_out_question_ids(
+                session, lambda source, external_id: is_held_out(source, external_id, fraction)
+            )
+            everything = select_replay_batch(
+                session, agent_id, reward_fn="brier", current_version=0, as_of=RESOLVED_AT
+            )
+            batch = select_replay_batch(
+                session,
+                agent_id,
+                reward_fn="brier",
+                current_version=0,
+                as_of=RESOLVED_AT,
+                exclude_question_ids=held,
+            )
+        assert len(held) == 2 and len(everything.groups) == 3
+        assert len(batch.groups) == 1 and batch.remaining_groups == 0
+        replayed = {r.trajectory.question_id for group in batch.groups for r in group}
+        assert replayed.isdisjoint(held)
+    finally:
+        engine.dispose()

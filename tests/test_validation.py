@@ -1,0 +1,111 @@
+"""The validation slice and the promotion gate's rules, as pure functions: the slice is a
+deterministic hash of (source, external_id); the verdict's rules on hand-made forecasts."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from futureworld.validation import (
+    GateOptions,
+    forecast_health,
+    is_held_out,
+    judge_candidate,
+    validation_point,
+)
+
+KEYS = [("manifold", f"m{i}") for i in range(4000)]
+
+
+def test_the_slice_is_a_hash_of_source_and_external_id() -> None:
+    digest = hashlib.sha256(b"manifold\x00abc").digest()
+    assert validation_point("manifold", "abc") == int.from_bytes(digest[:8], "big") / 2**64
+    assert validation_point("manifold", "abc") != validation_point("metaculus", "abc")
+    assert is_held_out("manifold", "abc", 0.3) == (validation_point("manifold", "abc") < 0.3)
+
+
+def test_the_slice_holds_out_about_its_fraction_and_grows_with_it() -> None:
+    small = {k for k in KEYS if is_held_out(*k, 0.05)}
+    default = {k for k in KEYS if is_held_out(*k)}
+    assert 0.08 < len(default) / len(KEYS) < 0.12
+    assert small < default
+    assert not any(is_held_out(*k, 0.0) for k in KEYS)
+    assert all(is_held_out(*k, 1.0) for k in KEYS)
+
+
+def test_a_fraction_outside_the_unit_interval_is_refused() -> None:
+    with pytest.raises(ValueError, match="validation fraction"):
+        is_held_out("s", "e", 1.5)
+    with pytest.raises(ValueError, match="validation fraction"):
+        GateOptions(validation_fraction=-0.1)
+
+
+OUTCOMES = {q: float(q % 2) for q in range(20)}
+"""Twenty questions, alternately NO and YES."""
+HEDGING = {q: (0.5, 0.5) for q in OUTCOMES}
+"""Always 0.5: Brier 0.25, parse rate 1, nothing extreme."""
+
+
+def test_health_is_counted_per_rollout_and_brier_per_question() -> None:
+    samples = {0: (0.0, None), 1: (0.99, 1.0)}
+    health = forecast_health(samples, {0: 0.0, 1: 1.0}, margin=0.02)
+    # question 0: mean(0.0, 0.5) = 0.25 → 0.0625; question 1: 0.995 → 0.000025
+    assert health.brier == pytest.approx((0.0625 + 0.005**2) / 2)
+    assert health.parse_rate == 3 / 4
+    assert health.extreme_share == 1.0
+
+
+def test_a_version_like_its_parent_is_promoted() -> None:
+    verdict = judge_candidate(HEDGING, HEDGING, OUTCOMES, GateOptions())
+    assert verdict.promote and verdict.reason.startswith("passed")
+    assert verdict.brier_difference == 0.0 and verdict.brier_ci == (0.0, 0.0)
+
+
+def test_a_version_that_stops_answering_is_rejected_for_its_parse_rate() -> None:
+    mute = {q: (None, None) for q in OUTCOMES}
+    verdict = judge_candidate(mute, HEDGING, OUTCOMES, GateOptions())
+    assert not verdict.promote
+    assert "parse rate 0.00 is more than 0.05 below parent's 1.00" in verdict.reason
+    # within the allowed drop it passes: 39 of 40 rollouts is 0.025 below
+    almost = {**HEDGING, 0: (0.5, None)}
+    assert judge_candidate(almost, HEDGING, OUTCOMES, GateOptions()).promote
+
+
+def test_a_collapsed_version_is_rejected_but_not_for_matching_an_extreme_parent() -> None:
+    certain = {q: (1.0, 1.0) for q in OUTCOMES}
+    verdict = judge_candidate(certain, HEDGING, OUTCOMES, GateOptions())
+    assert not verdict.promote and "collapsed: 100% of answers" in verdict.reason
+    # always 1 on a half-YES set: Brier 0.5 vs 0.25, yet 20 questions leave the interval at 0
+    assert verdict.brier_difference == 0.25 and "Brier worse" not in verdict.reason
+    sharp = {q: (0.99 if y else 0.01,) * 2 for q, y in OUTCOMES.items()}  # right and certain
+    assert judge_candidate(sharp, sharp, OUTCOMES, GateOptions()).promote
+    assert not judge_candidate(sharp, HEDGING, OUTCOMES, GateOptions()).promote  # collapse rule
+    assert judge_candidate(
+        sharp, HEDGING, OUTCOMES, GateOptions(max_extreme_share=1.0)
+    ).promote  # better Brier, extremes allowed
+
+
+def test_brier_rejects_only_when_the_whole_interval_is_above_the_allowed_increase() -> None:
+    slightly_worse = {q: (0.45 if y else 0.55,) * 2 for q, y in OUTCOMES.items()}
+    verdict = judge_candidate(slightly_worse, HEDGING, OUTCOMES, GateOptions())
+    # every question is worse by the same amount: the interval is one point, above 0
+    assert verdict.brier_ci == pytest.approx((0.0525, 0.0525), abs=1e-12)  # 0.55² − 0.5²
+    assert not verdict.promote and "lower end +0.0525 > +0.0000" in verdict.reason
+    assert judge_candidate(
+        slightly_worse, HEDGING, OUTCOMES, GateOptions(max_brier_increase=0.06)
+    ).promote
+    # worse by 0.0525 on the first ten questions, better by 0.0475 on the others
+    mixed = {q: (abs(y - 0.55) if q < 10 else abs(y - 0.45),) for q, y in OUTCOMES.items()}
+    mixed_verdict = judge_candidate(mixed, HEDGING, OUTCOMES, GateOptions())
+    assert mixed_verdict.brier_ci is not None and mixed_verdict.brier_ci[0] < 0.0
+    assert mixed_verdict.promote
+
+
+def test_too_few_questions_leave_the_brier_rule_out() -> None:
+    few = {q: OUTCOMES[q] for q in range(3)}
+    worse = {q: (0.4 if y else 0.6,) for q, y in few.items()}
+    verdict = judge_candidate(worse, HEDGING, few, GateOptions())
+    assert verdict.promote and verdict.brier_ci is None
+    assert "Brier rule needs 10 questions" in verdict.reason
+    assert not judge_candidate(worse, HEDGING, few, GateOptions(min_brier_questions=3)).promote
