@@ -44,7 +44,7 @@ from storage.engine import session_scope
 from storage.repositories.agents import list_agents
 from storage.repositories.questions import latest_outcomes, list_questions, resolved_history
 from storage.repositories.rewards import rollout_answers
-from storage.repositories.rollouts import forecasts_of
+from storage.repositories.rollouts import forecast_groups, forecasts_of
 
 
 @dataclass(frozen=True)
@@ -79,31 +79,25 @@ def forecast_records(
         history = resolved_history(session, as_of=as_of)
         records: list[ForecastRecord] = []
         for agent in agents:
-            groups: dict[tuple[int, int, datetime | None], list[float | None]] = {}
-            for forecast in forecasts_of(session, agent.id):  # oldest first: dicts keep it
-                if not _made_by(forecast.as_of, as_of):
+            for group in forecast_groups(session, agent.id):
+                outcome = outcomes.get(group.question_id)
+                if not _made_by(group.as_of, as_of) or group.question_id not in questions:
                     continue
-                outcome = outcomes.get(forecast.question_id)
-                if forecast.question_id not in questions or outcome is None:
+                if outcome is None or outcome.status is not OutcomeStatus.RESOLVED:
                     continue
-                if outcome.status is not OutcomeStatus.RESOLVED:
-                    continue
-                key = (forecast.question_id, forecast.policy_version, forecast.as_of)
-                groups.setdefault(key, []).append(forecast.p_yes)
-            for (question_id, version, made_at), answers in groups.items():
-                question = questions[question_id]
-                p_yes, sample_p, imputed = question_forecast(answers)
+                question = questions[group.question_id]
+                p_yes, sample_p, imputed = question_forecast(group.answers)
                 records.append(
                     ForecastRecord(
                         agent=agent.name,
-                        policy_version=version,
+                        policy_version=group.policy_version,
                         source=question.source,
                         domain=question.domain,
                         p_yes=p_yes,
-                        y=float(outcomes[question_id].value),
+                        y=float(outcome.value),
                         crowd_p=question.crowd_probability,
                         base_rate_p=base_rate(question, history),
-                        as_of=made_at,
+                        as_of=group.as_of,
                         sample_p=sample_p if len(sample_p) > 1 else (),
                         imputed=imputed,
                     )

@@ -56,7 +56,7 @@ from storage.repositories.agents import (
     validation_forecasts,
 )
 from storage.repositories.questions import latest_outcomes, list_questions
-from storage.repositories.rollouts import forecasts_of
+from storage.repositories.rollouts import ForecastGroup, forecast_groups
 from storage.repositories.training import held_out_question_ids
 
 NO_VALIDATION_DATA = "no validation data"
@@ -314,18 +314,14 @@ def _stored_rollouts(
 ) -> dict[int, tuple[float | None, ...]]:
     """The version's first forecast (one group: one forecast time) of each question made by
     `as_of`, from its stored rollouts."""
-    groups: dict[int, tuple[datetime | None, list[float | None]]] = {}
-    for forecast in forecasts_of(session, agent.id):
-        if forecast.policy_version != version.version:
+    first: dict[int, ForecastGroup] = {}
+    for group in forecast_groups(session, agent.id):
+        if group.policy_version != version.version or group.as_of is None or group.as_of > as_of:
             continue
-        if forecast.as_of is None or forecast.as_of > as_of:
-            continue
-        made_at, answers = groups.setdefault(forecast.question_id, (forecast.as_of, []))
-        if forecast.as_of < made_at:  # an earlier forecast time: start over with it
-            groups[forecast.question_id] = (forecast.as_of, [forecast.p_yes])
-        elif forecast.as_of == made_at:
-            answers.append(forecast.p_yes)
-    return {qid: tuple(answers) for qid, (_, answers) in groups.items()}
+        earliest = first.get(group.question_id)
+        if earliest is None or group.as_of < earliest.as_of:  # type: ignore[operator]
+            first[group.question_id] = group
+    return {qid: group.answers for qid, group in first.items()}
 
 
 def _forecast_now(

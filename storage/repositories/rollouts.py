@@ -282,6 +282,27 @@ def forecasts_of(session: Session, agent_id: int) -> list[Forecast]:
     return [Forecast(*row) for row in rows]
 
 
+@dataclass(frozen=True)
+class ForecastGroup:
+    """An agent version's forecast of a question at one forecast time: its group's answers."""
+
+    question_id: int
+    policy_version: int
+    as_of: datetime | None
+    answers: tuple[float | None, ...]
+    """Each rollout's P(yes), None where it did not parse, in rollout order."""
+
+
+def forecast_groups(session: Session, agent_id: int) -> list[ForecastGroup]:
+    """Every forecast of one agent, its rollouts grouped by (question, version, forecast
+    time), oldest first (by each group's first rollout)."""
+    groups: dict[tuple[int, int, datetime | None], list[float | None]] = {}
+    for forecast in forecasts_of(session, agent_id):
+        key = (forecast.question_id, forecast.policy_version, forecast.as_of)
+        groups.setdefault(key, []).append(forecast.p_yes)
+    return [ForecastGroup(q, v, t, tuple(answers)) for (q, v, t), answers in groups.items()]
+
+
 def existing_samples(
     session: Session, question_ids: Sequence[int], agent_id: int, policy_version: int
 ) -> dict[int, set[int]]:
