@@ -7,6 +7,7 @@ databases, whichever path wrote it (ORM, Core, COPY through `storage.repositorie
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -79,11 +80,21 @@ class SafeJSON(TypeDecorator[Any]):
         return scrub_nul(value)
 
 
-def copy_value(column_type: Any, value: Any, dialect: Any) -> Any:
-    """`value` as COPY writes it into a column of `column_type`: the type's own bind
-    processing (NUL scrubbing, UTC), then JSON text for JSON columns."""
+def _copy_json(value: Any) -> str | None:
+    """JSON text of `value` with NUL as U+FFFD: serialised once, and scrubbed and serialised
+    again only when the text holds an escaped NUL (json.dumps writes NUL as \\u0000)."""
+    if value is None:
+        return None
+    text = json.dumps(value)
+    return json.dumps(scrub_nul(value)) if "\\u0000" in text else text
+
+
+def copy_converter(column_type: Any, dialect: Any) -> Callable[[Any], Any] | None:
+    """How COPY writes a value into a column of `column_type`, as an INSERT would bind it: the
+    type's own bind processing (NUL scrubbing, UTC), JSON as text; None for a value written
+    as it is. Chosen once per column, not per value (COPY is the bulk path)."""
+    if isinstance(column_type, SafeJSON):
+        return _copy_json
     if isinstance(column_type, TypeDecorator):
-        value = column_type.process_bind_param(value, dialect)
-    if isinstance(column_type, SafeJSON) and value is not None:
-        return json.dumps(value)
-    return value
+        return lambda value: column_type.process_bind_param(value, dialect)
+    return None

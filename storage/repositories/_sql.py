@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
-from storage.types import copy_value
+from storage.types import copy_converter
 
 T = TypeVar("T")
 
@@ -76,15 +76,13 @@ def copy_rows(
     table named `into` shaped like it. Every value goes through its column's type first, as an
     INSERT would bind it, so COPY stores NUL, JSON and datetimes exactly as the ORM does.
     Returns the number of rows copied."""
-    types = [table.c[c].type for c in columns]
     pg = session.get_bind().dialect
+    converters = [(c, copy_converter(table.c[c].type, pg)) for c in columns]
     raw = session.connection().connection.driver_connection
     column_list = ", ".join(f'"{c}"' for c in columns)
     target = into or table.name
     with raw.cursor() as cursor:
         with cursor.copy(f"COPY {target} ({column_list}) FROM STDIN") as copy:
             for row in rows:
-                copy.write_row(
-                    [copy_value(t, row[c], pg) for t, c in zip(types, columns, strict=True)]
-                )
+                copy.write_row([row[c] if f is None else f(row[c]) for c, f in converters])
         return cursor.rowcount
