@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from flows.tracking import ReportTo
+from futureworld.validation import DEFAULT_VALIDATION_FRACTION
 
 DAILY_CRON = "0 6 * * *"
 """The daily cycle's default schedule (UTC), as in prefect.yaml."""
@@ -72,6 +73,12 @@ class Settings(BaseSettings):
     """Re-forecast a still-open question when its agent's newest forecast of it is at least
     this many days old and a newer policy version exists; unset: each question is forecast
     once per agent (flows.stages.predicting, storage.repositories.reforecasts)."""
+    validation_fraction: float = Field(default=DEFAULT_VALIDATION_FRACTION, ge=0.0, lt=1.0)
+    """Share of questions held out of training as the promotion gate's validation set
+    (FW_VALIDATION_FRACTION; futureworld.validation.is_held_out, by a hash of the question's
+    id). A setting, not an update's option: replay must leave out the same slice every update,
+    or a later gate would score a version on questions it trained on. 0 turns the gate off:
+    every update is served as soon as it is registered."""
     report_to: ReportTo = ReportTo.NONE
     """Where training and evaluation runs log their config and metrics (FW_REPORT_TO):
     tensorboard, mlflow, wandb or none, as TRL's `report_to` (flows.tracking)."""

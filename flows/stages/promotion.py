@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from flows.context import PipelineContext
+from flows.stages.serving import serve_version
 from futureworld.domain import (
     Agent,
     OutcomeStatus,
@@ -337,6 +338,12 @@ def _forecast_now(
     from futureworld.agent.loop import rollout_seed
 
     assert agent.id is not None
+    try:
+        serve_version(ctx, agent, version)  # an HTTP agent's server must list the version
+    except Exception as error:
+        raise GateError(
+            f"{agent.name} v{version.version} could not be served to the gate: {error}"
+        ) from error
     seed = agent.generation.seed
     jobs = [
         GroupJob(

@@ -22,7 +22,7 @@ is named in `errors` and the rest go on. The stage is idempotent.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -183,9 +183,11 @@ def with_provisional_groups(
     as_of: datetime,
     max_groups: int | None,
     reuse: bool,
+    exclude_question_ids: Collection[int] = frozenset(),
 ) -> ReplayBatch:
     """siop's replay: the resolved groups of `batch` (real rewards) and the groups unresolved
-    at `as_of` on their provisional rewards, oldest group first, cut at `max_groups`."""
+    at `as_of` on their provisional rewards, oldest group first, cut at `max_groups`; none of
+    `exclude_question_ids` (the validation slice)."""
     provisional = [
         select_provisional_batch(
             session,
@@ -195,6 +197,7 @@ def with_provisional_groups(
             as_of=as_of,
             max_groups=max_groups,
             reuse=reuse,
+            exclude_question_ids=exclude_question_ids,
         )
         for fn in reward_fns
     ]

@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 
 from flows.context import PipelineContext
 from flows.stages.lineage import LineageError
-from futureworld.domain import Agent, BackendKind
+from futureworld.domain import Agent, BackendKind, PolicyVersion
 
 if TYPE_CHECKING:  # the HTTP backend loads transformers: only when an agent needs it
     from futureworld.policy.openai_http import OpenAIHttpBackend
@@ -85,9 +85,17 @@ def check_servable(ctx: PipelineContext, agent: Agent, *, lora: bool) -> None:
 
 
 def serve_current_version(ctx: PipelineContext, agent_name: str) -> ServeReport:
-    """Make `agent_name`'s serving side sample its newest version (see the module docstring)."""
+    """Make `agent_name`'s serving side sample its served version, its newest promoted one
+    (see the module docstring)."""
     agent = ctx.agent(agent_name)
-    version = ctx.current_version(agent)
+    return serve_version(ctx, agent, ctx.current_version(agent))
+
+
+def serve_version(ctx: PipelineContext, agent: Agent, version: PolicyVersion) -> ServeReport:
+    """Make the agent's serving side able to sample `version`: the serve step for the served
+    version, and the promotion gate for a candidate it must forecast with (a full-weights
+    candidate restarts the server on it; the serve step before the next predict restarts it
+    on the served version if the candidate was rejected)."""
     if agent.backend is not BackendKind.OPENAI:
         return ServeReport(agent.name, version.version, ServeAction.IN_PROCESS)
     from futureworld.policy.openai_http import OpenAIHttpBackend

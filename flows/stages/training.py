@@ -27,6 +27,7 @@ taken within the group, on one reward's scale.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ from flows.stages.lineage import (
     reference_version,
     registered_version,
 )
+from flows.stages.promotion import GateError, GateReport, gate_version, validation_question_ids
 from flows.stages.provisional import with_provisional_groups
 from flows.stages.serving import check_servable
 from flows.stages.train_options import TrainOptions
@@ -55,11 +57,13 @@ from futureworld.domain import (
     TrainingRun,
     TrainStep,
     Trajectory,
+    VersionStatus,
 )
 from futureworld.rl.config import Estimator, TrainConfig
 from futureworld.torch_threads import set_torch_threads
+from futureworld.validation import GateOptions
 from storage.engine import run_transaction, session_scope
-from storage.repositories.agents import register_policy_version
+from storage.repositories.agents import list_policy_versions, register_policy_version
 from storage.repositories.training import (
     finish_training_run,
     record_consumption,
@@ -84,7 +88,19 @@ class TrainReport:
     remaining_groups: int
     checkpoint_path: str
     steps: list[dict[str, float]] = field(default_factory=list)
+    status: VersionStatus = VersionStatus.PROMOTED
+    """The new version's status: promoted (it serves), rejected, or candidate when the gate
+    could not judge it."""
+    gate: GateReport | None = None
+    """The promotion gate's verdict (None: the gate is off, or could not judge)."""
 
+
+log = logging.getLogger(__name__)
+
+GATE_OFF = "no gate (validation fraction 0)"
+"""The reason recorded for an update served without a gate (FW_VALIDATION_FRACTION=0)."""
+SUPERVISED = "supervised fine-tuning: served as trained"
+"""The reason recorded for a supervised version (a warm start a person chose): not gated."""
 
 STEP_FLUSH_EVERY = 25
 """Per-step metrics are written in batches of this many steps (and at the end)."""
@@ -126,13 +142,17 @@ def _run_update(
     resume_from: Path | None = None,
     nproc: int = 1,
     kl_version: int = 0,
+    status: VersionStatus = VersionStatus.PROMOTED,
+    status_reason: str = "",
 ) -> tuple[TrainingRun, TrainResult, PolicyVersion]:
-    """Trains `parent` (default: `current`, the newest) into version current + 1; a KL
-    penalty anchors to version `kl_version`."""
+    """Trains `parent` (default: `current`, the served version) into the version after the
+    agent's newest registered one (a rejected version keeps its number), registered with
+    `status`; a KL penalty anchors to version `kl_version`."""
     from futureworld.rl.launch import train
 
     engine = ctx.engine
     parent = parent or current
+    number = ctx.newest_version(agent).version + 1
     model_dir, adapter_dir = model_and_adapter(agent, parent, config.lora)
     reference = None
     if config.kl_coef > 0:
@@ -156,7 +176,7 @@ def _run_update(
         ),
         what="train: start run",
     )
-    target = ctx.checkpoint_dir(agent, current.version + 1)
+    target = ctx.checkpoint_dir(agent, number)
     target.parent.mkdir(parents=True, exist_ok=True)
     _free_target(target)
 
@@ -209,11 +229,13 @@ def _run_update(
             session,
             PolicyVersion(
                 agent_id=agent.id,
-                version=current.version + 1,
+                version=number,
                 parent_version=parent.version,
                 checkpoint_path=str(target),
                 checkpoint_sha256=result.checkpoint_sha256,
                 training_run_id=run.id,
+                status=status,
+                status_reason=status_reason,
             ),
         )
         on_registered(session, run.id)
@@ -248,6 +270,9 @@ def replay_and_train(
     update trains from it and records it as the new version's parent.
     """
     agent = ctx.agent(agent_name)
+    gate = gate_options(ctx)
+    if gate is not None:
+        _gate_left_candidates(ctx, agent.name, gate)
     current = ctx.current_version(agent)
     parent = (
         current if resume_from is None else registered_version(ctx, agent, current, resume_from)
@@ -256,6 +281,9 @@ def replay_and_train(
     check_update(agent, current, kl_reference=options.kl_reference, lora=lora)
     check_servable(ctx, agent, lora=lora)
     config = options.train_config(device=ctx.settings.device, lora=lora)
+    held_out = (
+        frozenset() if gate is None else validation_question_ids(ctx, gate.validation_fraction)
+    )
     with session_scope(ctx.engine) as session:
         batches = [
             select_replay_batch(
@@ -266,6 +294,7 @@ def replay_and_train(
                 max_groups=options.max_groups,
                 reuse=options.reuse,
                 as_of=ctx.as_of,
+                exclude_question_ids=held_out,
             )
             for reward_fn in options.rewards
         ]
@@ -281,6 +310,7 @@ def replay_and_train(
                 as_of=ctx.as_of,
                 max_groups=options.max_groups,
                 reuse=options.reuse,
+                exclude_question_ids=held_out,
             )
     if len(batch.groups) < max(options.min_groups, 1):
         return None
@@ -292,6 +322,7 @@ def replay_and_train(
         "groups": len(batch.groups),
         "reward_fn": str(config.reward_fn),
         "kind_rewards": [str(fn) for fn in options.kind_rewards],
+        "validation_fraction": 0.0 if gate is None else gate.validation_fraction,
     }
 
     def consume(session: Any, run_id: int) -> None:
@@ -312,7 +343,10 @@ def replay_and_train(
         resume_from=resume_from,
         nproc=options.nproc,
         kl_version=options.kl_reference,
+        status=VersionStatus.PROMOTED if gate is None else VersionStatus.CANDIDATE,
+        status_reason=GATE_OFF if gate is None else "",
     )
+    verdict = None if gate is None else _gate(ctx, agent.name, version.version, gate)
     return TrainReport(
         training_run_id=run.id,
         agent=agent.name,
@@ -324,7 +358,40 @@ def replay_and_train(
         remaining_groups=batch.remaining_groups,
         checkpoint_path=str(version.checkpoint_path),
         steps=[dict(m) for m in result.metrics],
+        status=version.status if verdict is None else verdict.status,
+        gate=verdict,
     )
+
+
+def gate_options(ctx: PipelineContext) -> GateOptions | None:
+    """The promotion gate every update passes through, on the settings' validation slice;
+    None when FW_VALIDATION_FRACTION is 0 (no gate: an update serves once registered)."""
+    fraction = ctx.settings.validation_fraction
+    return None if fraction <= 0 else GateOptions(validation_fraction=fraction)
+
+
+def _gate(ctx: PipelineContext, agent_name: str, version: int, gate: GateOptions):
+    """The gate's verdict on a new version; None, the version left a candidate (never
+    served; the next update's first act is to judge it again), when it could not judge."""
+    try:
+        return gate_version(ctx, agent_name, version, gate)
+    except GateError as error:
+        log.warning("%s", error)
+        return None
+
+
+def _gate_left_candidates(ctx: PipelineContext, agent_name: str, gate: GateOptions) -> None:
+    """Judge the candidates an earlier run registered and did not gate (it crashed or the gate
+    could not judge), so the update starts from the version that should serve."""
+    agent = ctx.agent(agent_name)
+    with session_scope(ctx.engine) as session:
+        pending = [
+            v.version
+            for v in list_policy_versions(session, agent.id)
+            if v.status is VersionStatus.CANDIDATE
+        ]
+    for version in pending:
+        _gate(ctx, agent.name, version, gate)
 
 
 def _merged_replay_batch(batches: Sequence[ReplayBatch], max_groups: int | None) -> ReplayBatch:
@@ -370,6 +437,7 @@ def supervised_finetune(
         run_config=run_config,
         on_registered=lambda session, run_id: None,
         nproc=options.nproc,
+        status_reason=SUPERVISED,
     )
     return TrainReport(
         training_run_id=run.id,

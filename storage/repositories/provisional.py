@@ -16,6 +16,7 @@ Decisions:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -159,9 +160,11 @@ def select_provisional_batch(
     as_of: datetime,
     max_groups: int | None = None,
     reuse: bool = False,
+    exclude_question_ids: Collection[int] = frozenset(),
 ) -> ReplayBatch:
     """The agent's unresolved groups with unvoided provisional rewards of `reward_fn`, oldest
-    first, as scored rollouts (outcome_value None, revision 0) with their tokens."""
+    first, as scored rollouts (outcome_value None, revision 0) with their tokens; none of
+    `exclude_question_ids` (the validation slice)."""
     consumed = exists().where(
         ReplayConsumptionRow.agent_id == agent_id,
         ReplayConsumptionRow.rollout_id == RolloutRow.id,
@@ -183,9 +186,11 @@ def select_provisional_batch(
     )
     if not reuse:
         statement = statement.where(~consumed)
+    excluded = frozenset(exclude_question_ids)
     rows = (
         (rid, qid, version, reward, None, PROVISIONAL_REVISION)
         for rid, qid, version, reward in session.execute(statement)
+        if qid not in excluded
     )
     return replay_groups(
         session, agent_id, rows, current_version=current_version, max_groups=max_groups

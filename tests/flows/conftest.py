@@ -26,7 +26,10 @@ GENERATION = GenerationSettings(
 def make_context(
     engine: Engine, data_dir: Path, *, as_of: datetime = CUTOFF, **settings: Any
 ) -> PipelineContext:
-    """The run context the entrances build, on a test's engine and data folder."""
+    """The run context the entrances build, on a test's engine and data folder. No question
+    is held out of training and no update is gated unless a test asks for it with
+    `validation_fraction` (the gate's own tests do): the stage tests count every group."""
+    settings.setdefault("validation_fraction", 0.0)
     return build_context(Settings(data_dir=data_dir, **settings), engine, as_of=as_of)
 
 

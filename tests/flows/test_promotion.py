@@ -18,6 +18,7 @@ import torch
 from sqlalchemy import Engine, func, select
 
 from flows.context import PipelineContext
+from flows.stages.backfilling import backfill_rewards
 from flows.stages.predicting import predict
 from flows.stages.promotion import (
     NO_VALIDATION_DATA,
@@ -26,19 +27,23 @@ from flows.stages.promotion import (
     reject_version,
     validation_question_ids,
 )
+from flows.stages.train_options import TrainOptions
+from flows.stages.training import replay_and_train
 from futureworld.domain import Agent, PolicyVersion, Question, VersionStatus
 from futureworld.policy.tiny import init_tiny_model
-from futureworld.validation import GateOptions, is_held_out
+from futureworld.rl.config import TrainConfig
+from futureworld.validation import DEFAULT_VALIDATION_FRACTION, GateOptions, is_held_out
 from storage.engine import make_engine, session_scope
 from storage.repositories.agents import (
     ensure_agent,
     get_agent,
+    get_policy_version,
     register_policy_version,
     validation_forecasts,
 )
 from storage.repositories.questions import upsert_questions
 from storage.repositories.training import held_out_question_ids, select_replay_batch
-from storage.tables import RolloutRow
+from storage.tables import ReplayConsumptionRow, RolloutRow
 from tests.flows.conftest import (
     CUTOFF,
     GENERATION,
@@ -279,3 +284,44 @@ def test_the_validation_set_never_enters_a_replay_batch(
         assert replayed.isdisjoint(held)
     finally:
         engine.dispose()
+
+
+def test_every_update_is_gated_before_it_serves_and_the_next_starts_from_the_served_one(
+    engine: Engine, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    """The path that runs: replay_and_train leaves the validation slice out of its batch,
+    registers a candidate, gates it, and starts the next update from the served version; a
+    candidate an earlier run left ungated is judged before the next update trains."""
+    _agent_with_forecasts(engine, tmp_path, models["hedging"])
+    backfill_rewards(make_context(engine, tmp_path, as_of=RESOLVED_AT))
+    ctx = make_context(
+        engine, tmp_path, as_of=RESOLVED_AT, validation_fraction=DEFAULT_VALIDATION_FRACTION
+    )
+    options = TrainOptions(config=TrainConfig(learning_rate=1e-6))
+
+    first = replay_and_train(ctx, "tiny", options)
+    assert first is not None and first.groups == len(TRAINING)  # the held-out 12 are left out
+    assert first.gate is not None and first.gate.questions == len(HELD_OUT)
+    assert first.status is VersionStatus.PROMOTED and _served(ctx) == first.to_version == 1
+    with session_scope(engine) as session:
+        trained = set(
+            session.scalars(
+                select(RolloutRow.question_id).join(
+                    ReplayConsumptionRow, ReplayConsumptionRow.rollout_id == RolloutRow.id
+                )
+            )
+        )
+    assert trained and trained.isdisjoint(validation_question_ids(ctx, 0.1))
+
+    reject_version(ctx, "tiny", 1, "a person saw it misbehave")
+    again = replay_and_train(ctx, "tiny", TrainOptions(**{**dict(options), "reuse": True}))
+    assert again is not None and (again.from_version, again.to_version) == (0, 2)
+    assert _served(ctx) == 2
+
+    broken = _register(ctx, models["gibberish"], parent=2)  # a run that died before its gate
+    third = replay_and_train(ctx, "tiny", TrainOptions(**{**dict(options), "reuse": True}))
+    with session_scope(engine) as session:
+        agent_id = get_agent(session, "tiny").id
+        left = get_policy_version(session, agent_id, broken)
+    assert left.status is VersionStatus.REJECTED and "parse rate" in left.status_reason
+    assert third is not None and (third.from_version, third.to_version) == (2, broken + 1)
