@@ -4,6 +4,8 @@ Binary questions by default; multiple-choice and numeric ones too when WorldConf
 
 `World(WorldConfig(...))` generates; `SimClock` is the shared simulated now; `serve_world`
 serves RSS feeds and a Manifold-compatible API on loopback; `reference` writes warm-start data.
+A research world (`research=True`) states no cue in its questions, only in its evidence;
+`World.informed_probability` / `uninformed_probability` and `research_floors` bound it.
 """
 
 from futureworld.world.clock import SimClock
@@ -18,8 +20,10 @@ from futureworld.world.model import (
     World,
 )
 from futureworld.world.reference import (
+    ResearchFloors,
     SFTExample,
     reference_forecast,
+    research_floors,
     sft_examples,
     true_probability,
 )
@@ -30,6 +34,7 @@ __all__ = [
     "ArticleKind",
     "KindResolution",
     "MarketResolution",
+    "ResearchFloors",
     "Resolution",
     "SFTExample",
     "SimArticle",
@@ -42,6 +47,7 @@ __all__ = [
     "WorldConfig",
     "WorldServer",
     "reference_forecast",
+    "research_floors",
     "serve_world",
     "sft_examples",
     "true_probability",

@@ -9,6 +9,10 @@ high." The ladder maps level k of K to a fixed, known P(yes) (`cue_p_yes[k]`; de
 "even", "high", "very high"; any other ladder length K uses "signal strength k of K"
 (k = 1..K). The cue is exact: it *is* the true probability given everything published
 before the question's cut-off, so a tiny model only has to learn K phrase → number pairs.
+
+Research world (`research=True`): no question text states its cue; the cue lives only in the
+noisy readings of its evidence articles, among lures about the same entity, and the best a
+forecaster can do is the posterior given those readings (research.py).
 """
 
 from __future__ import annotations
@@ -76,6 +80,18 @@ class WorldConfig:
     """Numeric questions (a latent quantity, kinds.py) posed each day after the choice ones."""
     numeric_sigmas: tuple[float, ...] = (10.0, 20.0)
     """The spreads σ a numeric question's stated "give or take" takes."""
+    research: bool = False
+    """A research world: a binary question's title, description and market probability carry no
+    cue (the crowd is the ladder's prior mean with the usual noise), so the cue lives only in
+    its evidence articles, published before it is posed among `research_lures_per_question`
+    lures about the same entity; the best forecast is then World.informed_probability, the
+    posterior given the readings, and one that never searches gets World.uninformed_probability.
+    False keeps every article, question, outcome and payload byte-identical to earlier
+    versions."""
+    research_lures_per_question: int = 2
+    """Research world only: articles per question about its entity that carry no reading of it,
+    published in its evidence window: alternately odds on a rival event no question asks about
+    and cue-free chatter (research.py)."""
 
     def __post_init__(self) -> None:
         if self.start_at.tzinfo is None or self.start_at.utcoffset() is None:
@@ -121,6 +137,8 @@ class WorldConfig:
             raise ValueError(f"cue_p_yes must be strictly increasing inside (0, 1), got {levels}")
         if self.evidence_articles_per_question < 0:
             raise ValueError("evidence_articles_per_question must be >= 0")
+        if self.research_lures_per_question < 0:
+            raise ValueError("research_lures_per_question must be >= 0")
         if self.evidence_lead_hours <= 0:
             raise ValueError(f"evidence_lead_hours must be > 0, got {self.evidence_lead_hours}")
         for name in ("evidence_noise", "cancel_rate"):

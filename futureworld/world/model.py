@@ -22,6 +22,17 @@ article states the outcome (`publish_resolution_reports`) — only visible from 
 Determinism. Every draw comes from `random.Random(str)` streams keyed by (seed, day, index),
 so the same config gives byte-identical output in any process, in any order of access.
 
+Research world (`research=True`, research.py). Titles and descriptions drop the cue sentence
+and the crowd probability is centred on the ladder's prior mean, so a question's text and
+market carry nothing about k; the evidence articles (unchanged, and carrying the question's
+entity name and event words, so a search for them finds them) are all a forecaster can learn
+k from, and `research_lures_per_question` lures about the same entity (odds on a rival event
+no question asks about, and chatter) share their window. P(y = 1 | public) is then the
+posterior `informed_probability`, below which no forecaster's expected Brier can go; p_yes
+stays the latent cue_p_yes[k] the outcome is drawn from. Entities, cue levels, evidence and
+outcomes are the same as with research off for the same seed (the lures draw from a stream of
+their own), so the two worlds are paired question by question.
+
 Other kinds. With `choice_questions_per_day` or `numeric_questions_per_day` > 0 the world also
 poses multiple-choice and numeric questions (kinds.py; ids w<seed>d<day>c<i> and …n<i>),
 a minute apart after the day's binary questions, with their own streams, evidence and reports.
@@ -53,6 +64,7 @@ from futureworld.world.kinds import (
     make_choice_question,
     make_numeric_question,
 )
+from futureworld.world.research import informed_p_yes, lure_texts, uninformed_p_yes
 from futureworld.world.vocabulary import (
     DISTRACTOR_EVENTS,
     EVENTS,
@@ -79,7 +91,8 @@ class ArticleKind(StrEnum):
     EVIDENCE = "evidence"
     """A noisy reading of one question's cue level, published before the question."""
     DISTRACTOR = "distractor"
-    """Cue-free chatter about an entity."""
+    """Chatter about an entity that carries no reading of any question (in a research world
+    also a lure: odds on a rival event no question asks about)."""
     REPORT = "report"
     """The outcome of one question, published at its resolution."""
 
@@ -96,7 +109,8 @@ class SimQuestion:
     event: str
     cue_level: int
     p_yes: float
-    """The true probability given the information public at any cut-off before resolution."""
+    """cue_p_yes of its level, the outcome's probability: also the true probability given the
+    information public before resolution, except in a research world (informed_probability)."""
     title: str
     description: str
     slug: str
@@ -140,6 +154,8 @@ class SimArticle:
     published_at: datetime
     question_id: str | None = None
     """The question this article is evidence for or reports on; None for distractors."""
+    cue_reading: int | None = None
+    """The cue level an evidence article reports (0-based); None for every other article."""
 
     @property
     def path(self) -> str:
@@ -273,6 +289,35 @@ class World:
     def true_probability(self, external_id: str) -> float:
         return self.question(external_id).p_yes
 
+    def evidence_readings(self, external_id: str) -> tuple[int, ...]:
+        """The cue levels the binary question's evidence articles visible at its cut-off (its
+        created_at) report, oldest first."""
+        question = self.question(external_id)
+        return tuple(
+            a.cue_reading
+            for a in sorted(self._day(question.day).articles, key=lambda a: a.published_at)
+            if a.question_id == external_id
+            and a.cue_reading is not None
+            and a.published_at <= question.created_at
+        )
+
+    def informed_probability(self, external_id: str) -> float:
+        """P(yes | the readings of the evidence visible at the question's cut-off), exact under
+        the uniform level prior and the world's noise model (research.py): the forecast of an
+        agent that finds and reads all of it. In a research world the best public forecast."""
+        cfg = self.config
+        return informed_p_yes(
+            self.evidence_readings(external_id),
+            cue_p_yes=cfg.cue_p_yes,
+            evidence_noise=cfg.evidence_noise,
+        )
+
+    def uninformed_probability(self, external_id: str) -> float:
+        """The ladder's prior mean of P(yes) (the same for every binary question, named by id so
+        it reads like informed_probability): the forecast of an agent that never searches."""
+        self.question(external_id)
+        return uninformed_p_yes(self.config.cue_p_yes)
+
     def resolution_as_of(
         self, external_id: str, at: datetime
     ) -> Resolution | KindResolution | None:
@@ -312,6 +357,8 @@ class World:
             question = self._make_question(rng, day, index, level)
             questions.append(question)
             articles.extend(self._make_evidence(rng, question))
+            if cfg.research:
+                articles.extend(self._make_lures(question))
             resolution = self._draw_resolution(question)
             resolutions[question.external_id] = resolution
             if cfg.publish_resolution_reports:
@@ -412,11 +459,13 @@ class World:
         created_at = self.day_start(day) + timedelta(hours=cfg.pose_hour, minutes=index)
         close_at = created_at + timedelta(days=horizon)
         p_yes = cfg.cue_p_yes[level]
-        noisy = _sigmoid(_logit(p_yes) + rng.gauss(0.0, cfg.crowd_noise_logit))
+        # A research world's crowd has not researched: its centre says nothing about the level.
+        centre = uninformed_p_yes(cfg.cue_p_yes) if cfg.research else p_yes
+        noisy = _sigmoid(_logit(centre) + rng.gauss(0.0, cfg.crowd_noise_logit))
         external_id = f"w{cfg.seed}d{day}q{index}"
         by_date = f"{close_at:%Y-%m-%d}"
-        cue = cue_sentence(level, cfg.n_levels)
-        title = f"Will {entity.name} {event} by {by_date}? {cue}"
+        cue = "" if cfg.research else " " + cue_sentence(level, cfg.n_levels)
+        title = f"Will {entity.name} {event} by {by_date}?{cue}"
         stem = re.sub(r"[^a-z0-9]+", "-", f"{entity.name} {event} by {by_date}".lower())
         return SimQuestion(
             external_id=external_id,
@@ -430,7 +479,7 @@ class World:
             title=title,
             description=(
                 f"Resolves YES if {entity.name} does {event} before {close_at:%Y-%m-%d %H:%M} "
-                f"UTC, NO otherwise. {cue}"
+                f"UTC, NO otherwise.{cue}"
             ),
             slug=f"{stem.strip('-')}-{external_id}",
             horizon_days=horizon,
@@ -466,6 +515,36 @@ class World:
                     body=f"{summary} The assessment was shared on {published_at:%Y-%m-%d}.",
                     published_at=published_at,
                     question_id=question.external_id,
+                    cue_reading=reported,
+                )
+            )
+        return articles
+
+    def _make_lures(self, question: SimQuestion) -> list[SimArticle]:
+        cfg = self.config
+        q = question
+        rng = random.Random(f"{cfg.seed}:lures:{q.day}:{q.index}")
+        articles = []
+        for j in range(cfg.research_lures_per_question):
+            headline, summary = lure_texts(
+                rng,
+                j,
+                entity=q.entity,
+                topic=q.topic,
+                by_date=f"{q.close_at:%Y-%m-%d}",
+                n_levels=cfg.n_levels,
+            )
+            lead_s = int(cfg.evidence_lead_hours * 3600)
+            published_at = q.created_at - timedelta(seconds=rng.randint(60, lead_s))
+            articles.append(
+                SimArticle(
+                    guid=f"w{cfg.seed}-dx-d{q.day}-q{q.index}-{j}",
+                    kind=ArticleKind.DISTRACTOR,
+                    topic=q.topic,
+                    title=headline,
+                    summary=summary,
+                    body=f"{summary} The note was shared on {published_at:%Y-%m-%d}.",
+                    published_at=published_at,
                 )
             )
         return articles

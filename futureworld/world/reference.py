@@ -13,6 +13,8 @@ Its expected Brier is E[p(1−p)] + E[(p_ref − p)²]: worse than the true prob
 than the 0.25 of always saying 0.5. SFT on it teaches the format and the direction of the
 mapping; RL then has calibration left to learn. Choice and numeric questions get the same kind
 of reference (the section at the end): too sure of the favourite, too narrow an interval.
+A research world's questions state no cue, so the reference cannot read them;
+`research_floors` scores the two forecasts that bound a researching agent there instead.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from futureworld.domain import QUANTILE_LEVELS, Question
+from futureworld.scoring import brier
 from futureworld.world.config import WorldConfig, cue_probability
 from futureworld.world.kinds import SimChoiceQuestion, SimNumericQuestion
 from futureworld.world.model import World
@@ -74,6 +77,45 @@ def true_probability(question: Question, world: World | None = None) -> float:
     return cue_probability(question.title, WorldConfig())
 
 
+@dataclass(frozen=True, kw_only=True)
+class ResearchFloors:
+    """Brier scores no forecaster can beat in expectation, on one set of resolved questions."""
+
+    n_questions: int
+    """Questions scored: those asked for that resolved YES or NO (annulled ones are skipped)."""
+    informed_brier: float
+    """Brier of World.informed_probability: an agent that finds and reads all the evidence."""
+    uninformed_brier: float
+    """Brier of World.uninformed_probability: an agent that never searches."""
+    latent_brier: float
+    """Brier of the latent cue_p_yes[k] the outcome is drawn from: beyond reach in a research
+    world (it needs the level itself), the floor of the world with research off."""
+
+
+def research_floors(world: World, external_ids: Iterable[str]) -> ResearchFloors:
+    """The informed, uninformed and latent floors' Brier on `external_ids` (binary questions),
+    against the world's own outcomes, whether or not they have happened yet on any clock."""
+    informed, uninformed, latent, outcomes = [], [], [], []
+    for external_id in external_ids:
+        question = world.question(external_id)
+        resolution = world.resolution_as_of(external_id, question.resolve_at)
+        assert resolution is not None
+        if resolution.value is None:
+            continue
+        informed.append(world.informed_probability(external_id))
+        uninformed.append(world.uninformed_probability(external_id))
+        latent.append(question.p_yes)
+        outcomes.append(resolution.value)
+    if not outcomes:
+        raise ValueError("research_floors needs at least one question that resolved YES or NO")
+    return ResearchFloors(
+        n_questions=len(outcomes),
+        informed_brier=brier(informed, outcomes),
+        uninformed_brier=brier(uninformed, outcomes),
+        latent_brier=brier(latent, outcomes),
+    )
+
+
 def sft_examples(
     world: World,
     days: int | Iterable[int],
@@ -87,6 +129,11 @@ def sft_examples(
     `noise_logit` > 0 adds Gaussian noise of that std to each target's log-odds (seeded by
     the world), so the warm-started policy keeps some spread for RL to explore with.
     """
+    if world.config.research:
+        raise ValueError(
+            "a research world's questions state no cue, so the reference cannot answer them "
+            "from their text; warm-start it on a world with research off"
+        )
     day_list = range(days) if isinstance(days, int) else list(days)
     rng = random.Random(f"{world.config.seed}:sft-noise")
     examples = []
