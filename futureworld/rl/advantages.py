@@ -49,6 +49,13 @@ def _broadcast(group: Sequence[ScoredRollout], per_rollout: np.ndarray) -> Token
     ]
 
 
+def _centred(values: np.ndarray) -> np.ndarray:
+    """x − mean(x), taken as d − mean(d) with d = x − x₀, so equal values give exactly 0 for
+    any group size (the mean of three equal floats need not round back to their value)."""
+    deviations = values - values[0]
+    return deviations - deviations.mean()
+
+
 def dr_grpo(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages | None:
     """A_i = R_i − (1/G) Σ_j R_j, on every mask-1 token of rollout i.
 
@@ -58,8 +65,7 @@ def dr_grpo(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvanta
     """
     if len(group) < MIN_GROUP_SIZE:
         return None
-    rewards = _rewards(group)
-    return _broadcast(group, rewards - rewards.mean())
+    return _broadcast(group, _centred(_rewards(group)))
 
 
 def grpo(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages | None:
@@ -89,33 +95,51 @@ def rloo(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages
 def forecast_info_gain(
     group: Sequence[ScoredRollout], config: TrainConfig
 ) -> TokenAdvantages | None:
-    """dr_grpo plus potential-based turn credit; needs the real outcome y.
+    """dr_grpo plus group-centred, potential-based turn credit; needs the real outcome y.
 
-    For a generated token of rollout i inside turn k:
-        A_{i,t} = (R_i − mean_j R_j) + λ · (R_i − Φ(b_{k−1})),   Φ(b) = −(b − y)²,
-    where b_{k−1} is the latest belief elicited at a turn before k (0.5 before the first).
-    Φ depends only on the past of the turn, so the shaping leaves the optimal policy
-    unchanged (Ng, Harada & Russell 1999, "Policy invariance under reward transformations")
-    while crediting turns that moved the forecast toward the outcome. Generated tokens not
-    inside any turn span get the dr_grpo part only. Groups without an outcome are skipped.
+    For a generated token of rollout i inside its turn with index k:
+        A_{i,t} = (R_i − mean_j R_j) + λ · (c_{i,k} − mean_{j ∈ G_k} c_{j,k}),
+        c_{i,k} = R_i − Φ(b_{i,k−1}),   Φ(b) = −(b − y)²,
+    where b_{i,k−1} is the latest belief rollout i elicited at a turn before k (0.5 before the
+    first) and G_k the group's rollouts that have a turn of index k. Φ depends only on the past
+    of the turn, so the shaping leaves the optimal policy unchanged (Ng, Harada & Russell 1999,
+    "Policy invariance under reward transformations") while crediting turns that moved the
+    forecast toward the outcome. The credit is centred within the group at each turn index, as
+    the outcome term is: uncentred, eight identical 0.9 answers to a question that resolved yes
+    would get λ·(−0.01 + 0.25) = +0.12 on every token and reinforce a collapsed policy; centred,
+    identical rollouts get exactly 0. A turn index only one rollout reached has no comparison
+    and gets no turn credit. Generated tokens not inside any turn span get the dr_grpo part
+    only. Groups without an outcome are skipped.
     """
     if len(group) < MIN_GROUP_SIZE or any(r.outcome_value is None for r in group):
         return None
     base = dr_grpo(group, config)
     assert base is not None
     lam = config.info_gain_lambda
-    out: TokenAdvantages = []
-    for rollout, adv in zip(group, base, strict=True):
+    # c_{i,k} per rollout, keyed by turn index, in float64 until the token arrays
+    credits: list[dict[int, float]] = []
+    for rollout in group:
         y = float(rollout.outcome_value)  # type: ignore[arg-type]
-        mask = _mask(rollout)
         belief = PRIOR_BELIEF
-        adv = adv.copy()
+        own: dict[int, float] = {}
         for turn in sorted(rollout.trajectory.turns, key=lambda t: t.index):
-            credit = lam * (rollout.reward + (belief - y) ** 2)
-            span = slice(turn.token_start, turn.token_end)
-            adv[span] += np.float32(credit) * mask[span]
+            own[turn.index] = rollout.reward + (belief - y) ** 2
             if turn.belief is not None:
                 belief = turn.belief
+        credits.append(own)
+    centred: list[dict[int, float]] = [{} for _ in group]
+    for k in sorted({k for own in credits for k in own}):
+        members = [i for i, own in enumerate(credits) if k in own]
+        values = _centred(np.asarray([credits[i][k] for i in members], dtype=np.float64))
+        for i, value in zip(members, values, strict=True):
+            centred[i][k] = lam * float(value)
+    out: TokenAdvantages = []
+    for rollout, adv, own in zip(group, base, centred, strict=True):
+        mask = _mask(rollout)
+        adv = adv.copy()
+        for turn in rollout.trajectory.turns:
+            span = slice(turn.token_start, turn.token_end)
+            adv[span] += np.float32(own[turn.index]) * mask[span]
         out.append(adv)
     return out
 
@@ -141,32 +165,56 @@ def siop_reliability(brier_sum: float, n_resolved: int) -> float:
 def siop_consensus(
     pool_p_yes: np.ndarray, pool_weights: np.ndarray, own_p_yes: np.ndarray, own_weights: np.ndarray
 ) -> np.ndarray:
-    """Leave-one-out, reliability-weighted consensus for each member of a group.
+    """The pseudo-outcome of a group: one reliability-weighted consensus shared by its members.
 
     The pool is every parsed forecast of the question by the agent at the group's version or
-    earlier (the group included), with weights w_j (`siop_reliability` of its version); a
-    member i of the pool gets
-        ŷ_{−i} = (Σ_j w_j p_j − w_i p_i) / (Σ_j w_j − w_i),
-    so its own forecast never votes on its pseudo-label. Shapes: pool (N,), own (G,) → (G,);
-    NaN where no other forecast is left (a lone forecast has no consensus).
+    earlier (the group included), with weights w_j (`siop_reliability` of its version); every
+    member i of the group gets the same
+        ŷ = Σ_j w_j p_j / Σ_j w_j,
+    or NaN when no forecast but its own is left to agree with (Σ_j w_j − w_i = 0: a lone
+    forecast has no consensus). Shapes: pool (N,), own (G,) → (G,).
+
+    Why one ŷ for the whole group, not the leave-one-out ŷ_{−i} = (Σ_j w_j p_j − w_i p_i) /
+    (Σ_j w_j − w_i): the provisional reward is E[R(p_i, y)] under y ~ Bernoulli(ŷ), for the
+    Brier reward −(p_i − ŷ)² − ŷ(1 − ŷ). With a ŷ_{−i} per member the variance term
+    −ŷ_{−i}(1 − ŷ_{−i}) differs from member to member and ranks them by where their own vote
+    moved their label, not by their forecasts: in a group of four 0.6 and four 0.9 forecasts
+    (equal weights, consensus 0.75, both halves 0.15 from it) it alone gives the two halves
+    ±0.0107. With one ŷ the expectation's ŷ-only terms are the same for every member and the
+    group baseline cancels them, for every reward function, so only the forecasts rank the
+    members. Nothing of leave-one-out's distance is lost: the members of a group share one
+    version and so one weight w, and p_i − ŷ_{−i} = (p_i − ŷ) · W / (W − w) (W = Σ_j w_j),
+    so the leave-one-out distances rank the members exactly as the shared ones do, scaled by
+    the group constant (W / (W − w))².
     """
     total = float((pool_weights * pool_p_yes).sum())
     weight = float(pool_weights.sum())
     others = weight - own_weights
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(others > 0, (total - own_weights * own_p_yes) / others, np.nan)
+    shared = total / weight if weight > 0 else np.nan
+    return np.where(others > 0, shared, np.nan)
 
 
 def siop(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages | None:
-    """Self-improving with provisional rewards: A_i = R_i − mean_j R_j, where R_i is the real
-    reward once the outcome is known and, before, the provisional one stored by the
-    provisional-rewards stage (flows.stages.provisional): the expected reward under the
-    leave-one-out consensus ŷ_{−i} (`siop_consensus`) standing in for P(y = 1),
-        R̂_i = ŷ_{−i} R(p_i, 1) + (1 − ŷ_{−i}) R(p_i, 0)   (Brier: −(p_i − ŷ_{−i})² − ŷ(1 − ŷ)).
-    Consensus as a pseudo-label follows test-time RL (Zuo et al. 2025, "TTRL",
-    arXiv:2504.16084); leaving the rollout out keeps its own answer from rewarding itself.
-    The estimator itself is dr_grpo: what makes it siop is which groups replay selects
-    (unresolved ones with provisional rewards, voided and replayed for real on resolution).
+    """dr_grpo on rewards that, before the outcome is known, are consensus pseudo-labels.
+
+    What it is: A_i = R_i − mean_j R_j on every generated token, where R_i is the real reward
+    once the outcome is known and, before, the provisional one the provisional-rewards stage
+    stored (flows.stages.provisional): the reward's expectation under the group's shared
+    consensus ŷ (`siop_consensus`) standing in for P(y = 1),
+        R̂_i = ŷ R(p_i, 1) + (1 − ŷ) R(p_i, 0)    (Brier: −(p_i − ŷ)² − ŷ(1 − ŷ)),
+    so within a group R̂_i − mean_j R̂_j ranks forecasts by their expected score against the
+    consensus alone (for Brier, −(p_i − ŷ)² + mean_j (p_j − ŷ)²). The estimator itself is
+    dr_grpo: what makes it siop is which groups replay selects (unresolved ones with
+    provisional rewards, voided and replayed for real on resolution).
+
+    Where it departs from the SIOP paper's method: this is a consensus pseudo-label at the
+    level of whole rollouts and nothing more. There are no outcome modes (one Bernoulli
+    pseudo-outcome per group, from the agent's own forecasts), no turn-level credit (every
+    generated token of a rollout gets the same advantage, whatever its turns' beliefs did), and
+    the pseudo-label is the agent's reliability-weighted agreement with itself, so it can only
+    pull the policy toward its own consensus (benchmarks/siop_vs_dr_grpo.py ends it level with
+    dr_grpo on Brier and worse on ECE). A consensus as the pseudo-label follows test-time RL
+    (Zuo et al. 2025, "TTRL", arXiv:2504.16084); the reliability weights Bates & Granger 1969.
     """
     return dr_grpo(group, config)
 

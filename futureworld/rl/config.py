@@ -31,9 +31,11 @@ class Estimator(StrEnum):
     RLOO = "rloo"
     """R_i − mean of the other G−1; Kool et al. 2019, Ahmadian et al. 2024."""
     FORECAST_INFO_GAIN = "forecast_info_gain"
-    """dr_grpo + potential-based turn credit λ·(R − Φ(belief before the turn)); Ng et al. 1999."""
+    """dr_grpo + potential-based turn credit λ·(R − Φ(belief before the turn)), centred within
+    the group at each turn; Ng et al. 1999."""
     SIOP = "siop"
-    """Label-free provisional rewards from the group's reliability-weighted consensus."""
+    """dr_grpo on provisional rewards before the outcome: each rollout's expected reward under
+    one reliability-weighted consensus of the agent's forecasts (a rollout-level pseudo-label)."""
     SFT = "sft"
     """Supervised fine-tuning: weight 1 on every generated token, loss −mean log π."""
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 
-from futureworld.domain import Turn
+from futureworld.domain import Outcome, OutcomeStatus, Question, Turn
+from futureworld.rewards import brier_reward
 from futureworld.rl.advantages import (
     ADVANTAGE_ESTIMATORS,
     compute_advantages,
@@ -16,6 +18,8 @@ from futureworld.rl.advantages import (
 )
 from futureworld.rl.config import Estimator, TrainConfig
 from tests.rl.rl_builders import make_rollout
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def _group(rewards, *, question_id=1, mask=(1, 0, 1), p_yes=None, outcome_value=1.0):
@@ -65,21 +69,78 @@ def test_rloo_uses_the_mean_of_the_other_rollouts():
     np.testing.assert_allclose([a[0] for a in out.token_advantages], [-1.5, 0.0, 1.5])
 
 
-def test_forecast_info_gain_credits_each_turn_against_the_belief_before_it():
-    turns = (
-        Turn(index=0, role="assistant", text="", token_start=0, token_end=2, belief=0.8),
-        Turn(index=1, role="tool", text="", token_start=2, token_end=3),
-        Turn(index=2, role="assistant", text="", token_start=3, token_end=5),
+def _turns(first_end: int, end: int, belief: float | None, second: bool = True) -> tuple:
+    """An assistant turn eliciting `belief`, then (when `second`) a tool turn and a second
+    assistant turn."""
+    first = Turn(
+        index=0, role="assistant", text="", token_start=0, token_end=first_end, belief=belief
     )
+    if not second:
+        return (first,)
+    return (
+        first,
+        Turn(index=1, role="tool", text="", token_start=first_end, token_end=first_end + 1),
+        Turn(index=2, role="assistant", text="", token_start=first_end + 1, token_end=end),
+    )
+
+
+def test_forecast_info_gain_centres_each_turns_credit_within_the_group():
+    # y = 1, λ = 0.5. a: belief 0.8 after turn 0, answer 0.9 (R = −0.01); b: 0.4 then 0.5
+    # (R = −0.25); c: one turn only, answer 0.7 (R = −0.09).
     a = make_rollout(
-        sample_index=0, reward=-0.01, completion=(1, 2, 3, 4, 5), mask=(1, 1, 0, 1, 1), turns=turns
+        sample_index=0,
+        reward=-0.01,
+        completion=(1, 2, 3, 4, 5),
+        mask=(1, 1, 0, 1, 1),
+        turns=_turns(2, 5, 0.8),
     )
-    b = make_rollout(sample_index=1, reward=-0.25, completion=(1, 2), mask=(1, 1))
-    out = _advantages([a, b], Estimator.FORECAST_INFO_GAIN, info_gain_lambda=0.5)
-    # A_a = 0.12; turn 0: 0.5·(−0.01 + (0.5 − 1)²) = 0.12; turn 2: 0.5·(−0.01 + (0.8 − 1)²) = 0.015
-    np.testing.assert_allclose(out.token_advantages[0], [0.24, 0.24, 0.0, 0.135, 0.135], atol=1e-6)
-    # b has no turns: the dr_grpo part only
-    np.testing.assert_allclose(out.token_advantages[1], [-0.12, -0.12], atol=1e-6)
+    b = make_rollout(
+        sample_index=1,
+        reward=-0.25,
+        completion=(1, 2, 3, 4, 5),
+        mask=(1, 1, 0, 1, 1),
+        turns=_turns(2, 5, 0.4),
+    )
+    c = make_rollout(
+        sample_index=2,
+        reward=-0.09,
+        completion=(1, 2),
+        mask=(1, 1),
+        turns=_turns(2, 2, 0.7, second=False),
+    )
+    out = _advantages([a, b, c], Estimator.FORECAST_INFO_GAIN, info_gain_lambda=0.5)
+    # Outcome part: mean R = −0.35/3, so A = 0.32/3, −0.40/3, 0.08/3.
+    # Turn 0, c_i = R_i − Φ(0.5) = R_i + 0.25 = 0.24, 0, 0.16: centred = the outcome part
+    # (the prior is shared), × λ: 0.16/3, −0.20/3, 0.04/3.
+    # Turn 2 (a and b only): c = −0.01 + (0.8 − 1)² = 0.03 and −0.25 + (0.4 − 1)² = 0.11,
+    # mean 0.07, centred −0.04 and +0.04, × λ: −0.02, +0.02 (b's last turn gained more).
+    # Turn 1 is a tool turn: mask 0, no credit.
+    expected = (
+        [0.48 / 3, 0.48 / 3, 0.0, 0.32 / 3 - 0.02, 0.32 / 3 - 0.02],
+        [-0.60 / 3, -0.60 / 3, 0.0, -0.40 / 3 + 0.02, -0.40 / 3 + 0.02],
+        [0.12 / 3, 0.12 / 3],
+    )
+    for got, want in zip(out.token_advantages, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_forecast_info_gain_gives_identical_rollouts_exactly_zero():
+    # Eight identical 0.9 answers to a question that resolved yes: uncentred, every token
+    # would get λ·(R − Φ(0.5)) = 0.5·(−0.01 + 0.25) = +0.12 and reinforce the collapse.
+    group = [
+        make_rollout(
+            sample_index=i,
+            reward=-((0.9 - 1.0) ** 2),
+            completion=(1, 2, 3, 4, 5),
+            mask=(1, 1, 0, 1, 1),
+            turns=_turns(2, 5, 0.7),
+        )
+        for i in range(8)
+    ]
+    for size in (8, 3):  # three equal floats do not average back to their value: still 0
+        out = _advantages(group[:size], Estimator.FORECAST_INFO_GAIN, info_gain_lambda=0.5)
+        assert all(np.all(adv == 0) for adv in out.token_advantages)
+        assert len(out.token_advantages) == size
 
 
 def test_forecast_info_gain_skips_groups_without_an_outcome():
@@ -96,18 +157,83 @@ def test_siop_reliability_is_the_inverse_shrunk_brier():
     assert siop_reliability(0.5, 10) > siop_reliability(2.0, 10)
 
 
-def test_siop_consensus_leaves_the_rollout_out_and_weighs_by_reliability():
+def test_siop_consensus_is_one_reliability_weighted_mean_for_the_whole_group():
     # Pool: an earlier version's two forecasts (weight 2) and the group's three (weight 5).
     pool_p = np.array([0.2, 0.4, 0.6, 0.7, 0.9])
     pool_w = np.array([2.0, 2.0, 5.0, 5.0, 5.0])
     own_p, own_w = pool_p[2:], pool_w[2:]
     got = siop_consensus(pool_p, pool_w, own_p, own_w)
-    for i, member in enumerate(range(2, 5)):
-        others = [j for j in range(5) if j != member]
-        want = sum(pool_w[j] * pool_p[j] for j in others) / sum(pool_w[j] for j in others)
-        assert got[i] == pytest.approx(want)
-    # e.g. the first member: (0.4 + 0.8 + 3.5 + 4.5) / 14
-    assert got[0] == pytest.approx(9.2 / 14)
+    # (0.4 + 0.8 + 3 + 3.5 + 4.5) / 19, the same for every member
+    assert got.tolist() == pytest.approx([12.2 / 19] * 3)
+    assert len(set(got.tolist())) == 1
+
+
+def _brier_expectation(p_yes: float, y_hat: float) -> float:
+    """E[R(p, y)], y ~ Bernoulli(ŷ), from the real Brier reward at y = 1 and y = 0: what the
+    provisional-rewards stage stores."""
+    question = Question(
+        source="test",
+        external_id="q",
+        title="Will it?",
+        created_at=T0,
+        info_cutoff_at=T0,
+        close_at=T0 + timedelta(days=1),
+        id=1,
+    )
+    trajectory = make_rollout(p_yes=p_yes).trajectory
+    values = [
+        brier_reward(
+            trajectory,
+            question,
+            Outcome(
+                question_id=1, revision=0, status=OutcomeStatus.RESOLVED, value=y, resolved_at=T0
+            ),
+        ).value
+        for y in (1.0, 0.0)
+    ]
+    return y_hat * values[0] + (1 - y_hat) * values[1]
+
+
+def _siop_first_tokens(p_yes, y_hat):
+    rewards = [_brier_expectation(p, y) for p, y in zip(p_yes, y_hat, strict=True)]
+    out = _advantages(_group(rewards, p_yes=list(p_yes), outcome_value=None), Estimator.SIOP)
+    return np.asarray([a[0] for a in out.token_advantages], dtype=np.float64)
+
+
+def test_siop_ranks_four_0_6_and_four_0_9_forecasts_by_their_distance_only():
+    # Equal weights (the prior reliability 4): the consensus is ŷ = (4·0.6 + 4·0.9)/8 = 0.75
+    # and both halves are 0.15 from it, so the distance gives them equal rewards
+    # −0.15² − 0.75·0.25 = −0.21 and the centred advantage is 0 for every member.
+    p_yes = np.array([0.6] * 4 + [0.9] * 4)
+    weights = np.full(8, siop_reliability(0.0, 0))
+    y_hat = siop_consensus(p_yes, weights, p_yes, weights)
+    assert y_hat.tolist() == pytest.approx([0.75] * 8)
+    assert _brier_expectation(0.6, 0.75) == pytest.approx(_brier_expectation(0.9, 0.75))
+    np.testing.assert_allclose(_siop_first_tokens(p_yes, y_hat), 0.0, atol=1e-7)
+    # The leave-one-out labels this replaces: ŷ₋ᵢ = (6 − p_i)/7 = 0.7714 for a 0.6 and 0.7286
+    # for a 0.9. Both are 0.1714 from their label (the distance still ties them), but the
+    # variance terms ŷ₋ᵢ(1 − ŷ₋ᵢ) = 0.17633 and 0.19776 differ by 0.02143, so the 0.6 half got
+    # +0.0107 and the 0.9 half −0.0107 from where its own vote had moved its label alone.
+    loo = (p_yes.sum() - p_yes) / 7
+    old = _siop_first_tokens(p_yes, loo)
+    np.testing.assert_allclose(old, [0.0107] * 4 + [-0.0107] * 4, atol=1e-4)
+
+
+def test_siop_advantages_are_the_leave_one_out_distances_scaled_by_a_group_constant():
+    # An earlier version's forecasts (weight 2) and a group of three (weight 5): the shared
+    # label gives A_i = −(p_i − ŷ)² + mean_j (p_j − ŷ)², the leave-one-out distance alone
+    # (W / (W − w))² times that, W = 19, w = 5.
+    pool_p = np.array([0.2, 0.4, 0.6, 0.7, 0.9])
+    pool_w = np.array([2.0, 2.0, 5.0, 5.0, 5.0])
+    own_p, own_w = pool_p[2:], pool_w[2:]
+    y_hat = siop_consensus(pool_p, pool_w, own_p, own_w)
+    got = _siop_first_tokens(own_p, y_hat)
+    shared = -((own_p - y_hat) ** 2)
+    np.testing.assert_allclose(got, shared - shared.mean(), atol=1e-7)
+    loo = ((pool_w * pool_p).sum() - own_w * own_p) / (pool_w.sum() - own_w)
+    distance = -((own_p - loo) ** 2)
+    np.testing.assert_allclose(got * (19 / 14) ** 2, distance - distance.mean(), atol=1e-7)
+    assert got[0] > got[1] > got[2]  # 0.6 is nearest the consensus 12.2/19 = 0.642, 0.9 farthest
 
 
 def test_siop_consensus_of_a_lone_forecast_is_undefined():
@@ -200,15 +326,26 @@ def _reference(estimator, rollouts, lam):
             for t, m in enumerate(r.trajectory.loss_mask):
                 value = a if m else 0.0
                 if estimator is Estimator.FORECAST_INFO_GAIN and m:
-                    belief = 0.5
-                    for turn in sorted(r.trajectory.turns, key=lambda x: x.index):
+                    for turn in r.trajectory.turns:
                         if turn.token_start <= t < turn.token_end:
-                            value += lam * (r.reward + (belief - r.outcome_value) ** 2)
-                        if turn.belief is not None:
-                            belief = turn.belief
+                            credits = turn_credits(group, turn.index)
+                            value += lam * (credits[i] - sum(credits.values()) / len(credits))
                 tokens.append(value)
             out.append(tokens)
     return out
+
+
+def turn_credits(group, index):
+    """R_j − Φ(belief of rollout j before its turn `index`), for the rollouts with that turn."""
+    credits = {}
+    for j, r in enumerate(group):
+        belief = 0.5
+        for turn in sorted(r.trajectory.turns, key=lambda x: x.index):
+            if turn.index == index:
+                credits[j] = r.reward + (belief - r.outcome_value) ** 2
+            if turn.belief is not None:
+                belief = turn.belief
+    return credits
 
 
 @pytest.mark.parametrize(
