@@ -5,7 +5,8 @@ Binary questions by default; multiple-choice and numeric ones too when WorldConf
 `World(WorldConfig(...))` generates; `SimClock` is the shared simulated now; `serve_world`
 serves RSS feeds and a Manifold-compatible API on loopback; `reference` writes warm-start data.
 A research world (`research=True`) states no cue in its questions, only in its evidence;
-`World.informed_probability` / `uninformed_probability` and `research_floors` bound it.
+`World.informed_probability` / `uninformed_probability` (choice and numeric: `informed_forecast`
+/ `uninformed_forecast`) and `research_floors` / `kind_research_floors` bound it.
 """
 
 from futureworld.world.clock import SimClock
@@ -20,8 +21,10 @@ from futureworld.world.model import (
     World,
 )
 from futureworld.world.reference import (
+    KindResearchFloors,
     ResearchFloors,
     SFTExample,
+    kind_research_floors,
     reference_forecast,
     research_floors,
     sft_examples,
@@ -32,6 +35,7 @@ from futureworld.world.vocabulary import Topic
 
 __all__ = [
     "ArticleKind",
+    "KindResearchFloors",
     "KindResolution",
     "MarketResolution",
     "ResearchFloors",
@@ -46,6 +50,7 @@ __all__ = [
     "World",
     "WorldConfig",
     "WorldServer",
+    "kind_research_floors",
     "reference_forecast",
     "research_floors",
     "serve_world",

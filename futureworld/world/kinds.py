@@ -16,6 +16,12 @@ expect about μ, give or take σ." The outcome is X = clip(N(μ, σ²), 0, NUMER
 0.1, on the closed range [0, NUMERIC_UPPER]: the true quantiles are clip(μ + σ·z_τ). μ is a
 multiple of 20 in [40, 160] and σ one of `numeric_sigmas`; evidence articles report noisy
 readings μ + N(0, (σ/2)²), rounded.
+
+Research world (`WorldConfig.research`): neither title nor description states the cue, and the
+crowd is centred on the prior (uniform over the options; the middle of the μ range, spread of
+the widest σ), so only the evidence carries it. A choice evidence article then also states the
+favourite's strength, a numeric one the σ; their readings (the named option, the number) and
+noise are unchanged. research.py turns the readings into the informed forecast.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ CHOICE_STRENGTH_WORDS = ("slight", "clear", "strong", "overwhelming")
 NUMERIC_UPPER = 200.0
 NUMERIC_UNIT = "units"
 NUMERIC_QUANTITIES = ("new customers", "site visits", "permits filed", "service calls")
+NUMERIC_MEANS = tuple(20.0 * k for k in range(2, 9))
+"""The values μ takes, equally likely (40, 60, …, 160)."""
+NUMERIC_PRIOR_MEAN = sum(NUMERIC_MEANS) / len(NUMERIC_MEANS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +192,7 @@ def make_choice_question(
     n_options: int,
     favourite_p: tuple[float, ...],
     crowd_noise_logit: float,
+    research: bool = False,
 ) -> SimChoiceQuestion:
     topic = rng.choice(sorted({e.topic for e in entities}))
     pool = [e.name for e in entities if e.topic is topic]
@@ -194,13 +204,16 @@ def make_choice_question(
     p_fav = favourite_p[strength]
     rest = (1.0 - p_fav) / (len(options) - 1)
     probabilities = tuple(p_fav if i == favourite else rest for i in range(len(options)))
-    noisy = [p * math.exp(rng.gauss(0.0, crowd_noise_logit)) for p in probabilities]
+    # A research world's crowd has not researched: its centre is the uniform prior.
+    centre = [1.0 / len(options)] * len(options) if research else probabilities
+    noisy = [p * math.exp(rng.gauss(0.0, crowd_noise_logit)) for p in centre]
     crowd = tuple(round(v / sum(noisy), 4) for v in noisy)
     event = rng.choice(EVENTS[topic])
     close_at = timing.created_at + timedelta(days=timing.horizon_days)
     external_id = f"w{timing.seed}d{timing.day}c{timing.index}"
     names = ", ".join(options[:-1]) + f" or {options[-1]}"
-    cue = f"Analysts see a {CHOICE_STRENGTH_WORDS[strength]} favourite in {options[favourite]}."
+    cue = f" Analysts see a {CHOICE_STRENGTH_WORDS[strength]} favourite in {options[favourite]}."
+    cue = "" if research else cue
     stem = f"Which of {names} will {event} first by {close_at:%Y-%m-%d}?"
     return SimChoiceQuestion(
         external_id=external_id,
@@ -213,10 +226,10 @@ def make_choice_question(
         strength=strength,
         probabilities=probabilities,
         crowd_probabilities=crowd,
-        title=f"{stem} {cue}",
+        title=f"{stem}{cue}",
         description=(
             f"Resolves to the option that does {event} first before {close_at:%Y-%m-%d %H:%M} "
-            f"UTC; exactly one will. {cue}"
+            f"UTC; exactly one will.{cue}"
         ),
         slug=_slug(stem, external_id),
         horizon_days=timing.horizon_days,
@@ -232,16 +245,18 @@ def make_numeric_question(
     entities: tuple[Entity, ...],
     *,
     sigmas: tuple[float, ...],
+    research: bool = False,
 ) -> SimNumericQuestion:
     entity = rng.choice(entities)
     quantity = rng.choice(NUMERIC_QUANTITIES)
-    mean = 20.0 * rng.randint(2, 8)
+    mean = 20.0 * rng.randint(2, 8)  # one of NUMERIC_MEANS
     sigma = rng.choice(sigmas)
-    crowd_value = round(min(NUMERIC_UPPER, max(0.0, rng.gauss(mean, sigma / 2.0))), 1)
+    centre, spread = (NUMERIC_PRIOR_MEAN, max(sigmas)) if research else (mean, sigma)
+    crowd_value = round(min(NUMERIC_UPPER, max(0.0, rng.gauss(centre, spread / 2.0))), 1)
     close_at = timing.created_at + timedelta(days=timing.horizon_days)
     external_id = f"w{timing.seed}d{timing.day}n{timing.index}"
     stem = f"How many {quantity} will {entity.name} report by {close_at:%Y-%m-%d}?"
-    cue = f"Analysts expect about {mean:g}, give or take {sigma:g}."
+    cue = "" if research else f" Analysts expect about {mean:g}, give or take {sigma:g}."
     return SimNumericQuestion(
         external_id=external_id,
         day=timing.day,
@@ -252,10 +267,10 @@ def make_numeric_question(
         mean=mean,
         sigma=sigma,
         crowd_value=crowd_value,
-        title=f"{stem} {cue}",
+        title=f"{stem}{cue}",
         description=(
             f"Resolves to the number of {quantity} {entity.name} reports for the period ending "
-            f"{close_at:%Y-%m-%d %H:%M} UTC, between 0 and {NUMERIC_UPPER:g} {NUMERIC_UNIT}. {cue}"
+            f"{close_at:%Y-%m-%d %H:%M} UTC, between 0 and {NUMERIC_UPPER:g} {NUMERIC_UNIT}.{cue}"
         ),
         slug=_slug(stem, external_id),
         horizon_days=timing.horizon_days,
@@ -292,25 +307,38 @@ def draw_kind_resolution(
 
 
 def kind_evidence_texts(
-    rng: random.Random, question: SimKindQuestion, *, evidence_noise: float
-) -> tuple[str, str]:
-    """(headline, summary) of one evidence article: a noisy reading of the question's cue."""
+    rng: random.Random, question: SimKindQuestion, *, evidence_noise: float, research: bool = False
+) -> tuple[str, str, int]:
+    """(headline, summary, reading) of one evidence article: a noisy reading of the question's
+    cue (the option it names, or the number it reports); in a research world the text also
+    states what the title no longer does (the favourite's strength, the σ)."""
     source = rng.choice(EVIDENCE_SOURCES)
     if isinstance(question, SimChoiceQuestion):
         named = question.favourite
         if rng.random() < evidence_noise:
             named = rng.choice([i for i in range(len(question.options)) if i != named])
         option = question.options[named]
+        among = f"among {', '.join(question.options)} by {question.close_at:%Y-%m-%d}"
+        if research:
+            strength = CHOICE_STRENGTH_WORDS[question.strength]
+            return (
+                f"{source} see a {strength} favourite in {option} to {question.event} first",
+                f"{source} see a {strength} favourite in {option} to {question.event} first "
+                f"{among}.",
+                named,
+            )
         return (
             f"{source} expect {option} to {question.event} first",
-            f"{source} say {option} is the one to {question.event} first among "
-            f"{', '.join(question.options)} by {question.close_at:%Y-%m-%d}.",
+            f"{source} say {option} is the one to {question.event} first {among}.",
+            named,
         )
     reading = round(rng.gauss(question.mean, question.sigma / 2.0))
+    spread = f", give or take {question.sigma:g}" if research else ""
     return (
         f"{source} put {question.entity}'s {question.quantity} near {reading}",
         f"{source} estimate {question.entity} will report about {reading} {question.quantity} "
-        f"by {question.close_at:%Y-%m-%d}.",
+        f"by {question.close_at:%Y-%m-%d}{spread}.",
+        reading,
     )
 
 

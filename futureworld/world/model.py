@@ -31,7 +31,8 @@ no question asks about, and chatter) share their window. P(y = 1 | public) is th
 posterior `informed_probability`, below which no forecaster's expected Brier can go; p_yes
 stays the latent cue_p_yes[k] the outcome is drawn from. Entities, cue levels, evidence and
 outcomes are the same as with research off for the same seed (the lures draw from a stream of
-their own), so the two worlds are paired question by question.
+their own), so the two worlds are paired question by question. Choice and numeric questions
+do the same (kinds.py): `informed_forecast` / `uninformed_forecast` are their two floors.
 
 Other kinds. With `choice_questions_per_day` or `numeric_questions_per_day` > 0 the world also
 poses multiple-choice and numeric questions (kinds.py; ids w<seed>d<day>c<i> and …n<i>),
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from futureworld.domain import Article, Question, QuestionKind, require_utc
+from futureworld.domain import QUANTILE_LEVELS, Article, Question, QuestionKind, require_utc
 from futureworld.world.config import WorldConfig, cue_phrase, cue_sentence
 from futureworld.world.kinds import (
     KindResolution,
@@ -64,7 +65,14 @@ from futureworld.world.kinds import (
     make_choice_question,
     make_numeric_question,
 )
-from futureworld.world.research import informed_p_yes, lure_texts, uninformed_p_yes
+from futureworld.world.research import (
+    choice_informed_probabilities,
+    informed_p_yes,
+    lure_texts,
+    numeric_informed_quantiles,
+    numeric_uninformed_quantiles,
+    uninformed_p_yes,
+)
 from futureworld.world.vocabulary import (
     DISTRACTOR_EVENTS,
     EVENTS,
@@ -290,9 +298,9 @@ class World:
         return self.question(external_id).p_yes
 
     def evidence_readings(self, external_id: str) -> tuple[int, ...]:
-        """The cue levels the binary question's evidence articles visible at its cut-off (its
-        created_at) report, oldest first."""
-        question = self.question(external_id)
+        """What the question's evidence articles visible at its cut-off (its created_at) report,
+        oldest first: cue levels (binary), option indices (choice) or numbers (numeric)."""
+        question = self.market(external_id)
         return tuple(
             a.cue_reading
             for a in sorted(self._day(question.day).articles, key=lambda a: a.published_at)
@@ -317,6 +325,37 @@ class World:
         it reads like informed_probability): the forecast of an agent that never searches."""
         self.question(external_id)
         return uninformed_p_yes(self.config.cue_p_yes)
+
+    def informed_forecast(
+        self, external_id: str, levels: tuple[float, ...] = QUANTILE_LEVELS
+    ) -> tuple[float, ...]:
+        """A choice or numeric question's forecast given its evidence visible at its cut-off
+        (research.py): the probability of each option, or the outcome's quantiles at `levels`.
+        In a research world the best public forecast, as informed_probability is for binary."""
+        question = self.market(external_id)
+        readings = self.evidence_readings(external_id)
+        if isinstance(question, SimChoiceQuestion):
+            return choice_informed_probabilities(
+                readings,
+                n_options=len(question.options),
+                favourite_p=self.config.choice_favourite_p[question.strength],
+                evidence_noise=self.config.evidence_noise,
+            )
+        if isinstance(question, SimNumericQuestion):
+            return numeric_informed_quantiles(readings, sigma=question.sigma, levels=levels)
+        raise KeyError(f"world question {external_id!r} is binary: use informed_probability")
+
+    def uninformed_forecast(
+        self, external_id: str, levels: tuple[float, ...] = QUANTILE_LEVELS
+    ) -> tuple[float, ...]:
+        """The prior forecast of a choice (1/k each) or numeric (quantiles at `levels`) question:
+        what an agent that never searches can say."""
+        question = self.market(external_id)
+        if isinstance(question, SimChoiceQuestion):
+            return tuple(1.0 / len(question.options) for _ in question.options)
+        if isinstance(question, SimNumericQuestion):
+            return numeric_uninformed_quantiles(self.config.numeric_sigmas, levels)
+        raise KeyError(f"world question {external_id!r} is binary: use uninformed_probability")
 
     def resolution_as_of(
         self, external_id: str, at: datetime
@@ -358,7 +397,8 @@ class World:
             questions.append(question)
             articles.extend(self._make_evidence(rng, question))
             if cfg.research:
-                articles.extend(self._make_lures(question))
+                key = f"d{question.day}-q{question.index}"
+                articles.extend(self._make_lures(key, (question.entity,), question))
             resolution = self._draw_resolution(question)
             resolutions[question.external_id] = resolution
             if cfg.publish_resolution_reports:
@@ -400,11 +440,18 @@ class World:
                             n_options=cfg.choice_options,
                             favourite_p=cfg.choice_favourite_p,
                             crowd_noise_logit=cfg.crowd_noise_logit,
+                            research=cfg.research,
                         )
                     )
                 else:
                     made.append(
-                        make_numeric_question(rng, timing, self.entities, sigmas=cfg.numeric_sigmas)
+                        make_numeric_question(
+                            rng,
+                            timing,
+                            self.entities,
+                            sigmas=cfg.numeric_sigmas,
+                            research=cfg.research,
+                        )
                     )
         return tuple(made)
 
@@ -417,8 +464,8 @@ class World:
         rng = random.Random(f"{cfg.seed}:evidence-{key}")
         articles = []
         for j in range(cfg.evidence_articles_per_question):
-            headline, summary = kind_evidence_texts(
-                rng, question, evidence_noise=cfg.evidence_noise
+            headline, summary, reading = kind_evidence_texts(
+                rng, question, evidence_noise=cfg.evidence_noise, research=cfg.research
             )
             published_at = question.created_at - timedelta(
                 seconds=rng.randint(60, int(cfg.evidence_lead_hours * 3600))
@@ -433,8 +480,14 @@ class World:
                     body=f"{summary} The assessment was shared on {published_at:%Y-%m-%d}.",
                     published_at=published_at,
                     question_id=question.external_id,
+                    cue_reading=reading,
                 )
             )
+        if cfg.research:
+            names = (
+                question.options if isinstance(question, SimChoiceQuestion) else (question.entity,)
+            )
+            articles.extend(self._make_lures(key, names, question))
         if cfg.publish_resolution_reports:
             title, summary = kind_report_texts(question, resolution)
             articles.append(
@@ -520,16 +573,20 @@ class World:
             )
         return articles
 
-    def _make_lures(self, question: SimQuestion) -> list[SimArticle]:
+    def _make_lures(
+        self, key: str, names: tuple[str, ...], question: SimQuestion | SimKindQuestion
+    ) -> list[SimArticle]:
+        """A research world's lures of one question: about its entities (`names`), in its
+        evidence window, carrying no reading of it (research.lure_texts)."""
         cfg = self.config
         q = question
-        rng = random.Random(f"{cfg.seed}:lures:{q.day}:{q.index}")
+        rng = random.Random(f"{cfg.seed}:lures-{key}")
         articles = []
         for j in range(cfg.research_lures_per_question):
             headline, summary = lure_texts(
                 rng,
                 j,
-                entity=q.entity,
+                entity=names[0] if len(names) == 1 else rng.choice(names),
                 topic=q.topic,
                 by_date=f"{q.close_at:%Y-%m-%d}",
                 n_levels=cfg.n_levels,
@@ -538,7 +595,7 @@ class World:
             published_at = q.created_at - timedelta(seconds=rng.randint(60, lead_s))
             articles.append(
                 SimArticle(
-                    guid=f"w{cfg.seed}-dx-d{q.day}-q{q.index}-{j}",
+                    guid=f"w{cfg.seed}-dx-{key}-{j}",
                     kind=ArticleKind.DISTRACTOR,
                     topic=q.topic,
                     title=headline,

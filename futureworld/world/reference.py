@@ -25,8 +25,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import NormalDist
 
+import numpy as np
+
 from futureworld.domain import QUANTILE_LEVELS, Question
-from futureworld.scoring import brier
+from futureworld.scoring import brier, crps_from_quantiles
+from futureworld.scoring_choice import multiclass_brier
 from futureworld.world.config import WorldConfig, cue_probability
 from futureworld.world.kinds import SimChoiceQuestion, SimNumericQuestion
 from futureworld.world.model import World
@@ -212,6 +215,52 @@ def numeric_reference(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class KindResearchFloors:
+    """research_floors for choice (multiclass Brier) and numeric (CRPS from the quantiles at
+    QUANTILE_LEVELS) questions; NaN for a kind with no resolved question among those asked."""
+
+    n_choice: int
+    choice_informed_brier: float
+    """World.informed_forecast's multiclass Brier: an agent that reads all the evidence."""
+    choice_uninformed_brier: float
+    """1/k on every option: an agent that never searches."""
+    n_numeric: int
+    numeric_informed_crps: float
+    numeric_uninformed_crps: float
+
+
+def kind_research_floors(world: World, external_ids: Iterable[str]) -> KindResearchFloors:
+    """The informed and uninformed floors of the choice and numeric questions `external_ids`
+    against the world's outcomes (annulled questions are skipped)."""
+    choice: tuple[list, list, list] = ([], [], [])
+    numeric: tuple[list, list, list] = ([], [], [])
+    for external_id in external_ids:
+        question = world.market(external_id)
+        resolution = world.resolution_as_of(external_id, question.resolve_at)
+        if resolution is None or resolution.value is None:
+            continue
+        if not isinstance(question, SimChoiceQuestion | SimNumericQuestion):
+            raise ValueError(f"{external_id} is a binary question: use research_floors")
+        into = choice if isinstance(question, SimChoiceQuestion) else numeric
+        into[0].append(world.informed_forecast(external_id))
+        into[1].append(world.uninformed_forecast(external_id))
+        into[2].append(int(resolution.value) if into is choice else resolution.value)
+    nan = float("nan")
+
+    def crps(quantiles: list, outcomes: list) -> float:
+        return float(np.mean(crps_from_quantiles(quantiles, QUANTILE_LEVELS, outcomes)))
+
+    return KindResearchFloors(
+        n_choice=len(choice[2]),
+        choice_informed_brier=multiclass_brier(choice[0], choice[2]) if choice[2] else nan,
+        choice_uninformed_brier=multiclass_brier(choice[1], choice[2]) if choice[2] else nan,
+        n_numeric=len(numeric[2]),
+        numeric_informed_crps=crps(numeric[0], numeric[2]) if numeric[2] else nan,
+        numeric_uninformed_crps=crps(numeric[1], numeric[2]) if numeric[2] else nan,
+    )
+
+
 def kind_sft_examples(
     world: World,
     days: int | Iterable[int],
@@ -222,6 +271,11 @@ def kind_sft_examples(
 ) -> list[KindSFTExample]:
     """Warm-start pairs for every choice and numeric question posed on `days` (an int n means
     days 0..n-1), with noise seeded by the world as for binary questions."""
+    if world.config.research:
+        raise ValueError(
+            "a research world's questions state no cue, so the reference cannot answer them "
+            "from their text; warm-start it on a world with research off"
+        )
     day_list = range(days) if isinstance(days, int) else list(days)
     rng = random.Random(f"{world.config.seed}:sft-kind-noise")
     examples = []

@@ -14,14 +14,26 @@ one day the levels are balanced, which a forecaster who knew the day's other lev
 exploit; the floors ignore that, as an agent forecasting one question does.)
 Posterior: P(k | r_1..r_n) ∝ π(k) · Π_i P(r_i | k), and P(yes | r) = Σ_k P(k | r) · p_yes(k).
 With no readings it is the prior mean Σ_k π(k) · p_yes(k), the uninformed floor.
+
+Choice questions (kinds.py): the favourite f is uniform over the k options and each evidence
+article names it with probability 1 − ε, else one of the others (ε/(k − 1) each); the strength
+s is stated exactly. P(f | n_1..n_m) ∝ Π_i P(n_i | f) and P(option j wins) = Σ_f P(f | n) ·
+p_f(j), p_f(f) = favourite_p[s], p_f(j ≠ f) = (1 − favourite_p[s])/(k − 1); with no readings
+every option has 1/k (the uninformed forecast).
+Numeric questions: μ is uniform over NUMERIC_MEANS, a reading is round(μ + (σ/2)·Z) with σ
+stated, so P(r | μ) = Φ((r + ½ − μ)/(σ/2)) − Φ((r − ½ − μ)/(σ/2)); the informed forecast is
+the quantiles of the posterior mixture Σ_μ P(μ | r) · N(μ, σ²), clipped to the range as the
+outcome is; the uninformed one mixes every (μ, σ) pair equally.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from statistics import NormalDist
 
 from futureworld.world.config import cue_phrase
+from futureworld.world.kinds import NUMERIC_MEANS, NUMERIC_UPPER
 from futureworld.world.vocabulary import DISTRACTOR_EVENTS, EVIDENCE_SOURCES, Topic
 
 LURE_EVENTS: dict[Topic, tuple[str, ...]] = {
@@ -93,6 +105,84 @@ def uninformed_p_yes(cue_p_yes: Sequence[float], prior: Sequence[float] | None =
     """Σ_k π(k) · p_yes(k): the ladder's prior mean, what a forecaster who never searches has."""
     weights = prior if prior is not None else level_prior(len(cue_p_yes))
     return sum(w * p for w, p in zip(weights, cue_p_yes, strict=True))
+
+
+def choice_informed_probabilities(
+    named: Sequence[int], *, n_options: int, favourite_p: float, evidence_noise: float
+) -> tuple[float, ...]:
+    """P(option j wins | the options the evidence names), j = 0..k−1 (module docstring)."""
+    if n_options < 2:
+        raise ValueError(f"a choice needs at least two options, got {n_options}")
+    weights = [1.0 / n_options] * n_options
+    for option in named:
+        weights = [
+            w * ((1.0 - evidence_noise) if f == option else evidence_noise / (n_options - 1))
+            for f, w in enumerate(weights)
+        ]
+    total = sum(weights)
+    if total <= 0.0:
+        raise ValueError(f"named options {list(named)} are impossible with noise {evidence_noise}")
+    rest = (1.0 - favourite_p) / (n_options - 1)
+    return tuple(
+        sum((w / total) * (favourite_p if f == j else rest) for f, w in enumerate(weights))
+        for j in range(n_options)
+    )
+
+
+def numeric_reading_likelihood(reading: int, mean: float, sigma: float) -> float:
+    """P(round(μ + (σ/2)·Z) = r) for Z ~ N(0, 1)."""
+    noise = NormalDist(mean, sigma / 2.0)
+    return noise.cdf(reading + 0.5) - noise.cdf(reading - 0.5)
+
+
+def mixture_quantiles(
+    components: Sequence[tuple[float, float, float]],
+    levels: Sequence[float],
+    *,
+    lower: float = 0.0,
+    upper: float = NUMERIC_UPPER,
+) -> tuple[float, ...]:
+    """The τ-quantiles of clip(X, lower, upper), X ~ Σ w · N(μ, σ²) over (w, μ, σ): bisection on
+    the mixture's CDF (clipping is monotone, so it commutes with taking a quantile)."""
+    total = sum(w for w, _, _ in components)
+    parts = [(w / total, NormalDist(mu, sigma)) for w, mu, sigma in components if w > 0]
+
+    def cdf(x: float) -> float:
+        return sum(w * normal.cdf(x) for w, normal in parts)
+
+    low = min(n.mean - 12.0 * n.stdev for _, n in parts)
+    high = max(n.mean + 12.0 * n.stdev for _, n in parts)
+    found = []
+    for level in levels:
+        a, b = low, high
+        for _ in range(80):
+            middle = (a + b) / 2.0
+            a, b = (middle, b) if cdf(middle) < level else (a, middle)
+        found.append(min(upper, max(lower, (a + b) / 2.0)))
+    return tuple(found)
+
+
+def numeric_informed_quantiles(
+    readings: Sequence[int], *, sigma: float, levels: Sequence[float]
+) -> tuple[float, ...]:
+    """Quantiles of the outcome given the evidence's readings and its stated σ."""
+    weights = [1.0 / len(NUMERIC_MEANS)] * len(NUMERIC_MEANS)
+    for reading in readings:
+        weights = [
+            w * numeric_reading_likelihood(reading, mu, sigma)
+            for w, mu in zip(weights, NUMERIC_MEANS, strict=True)
+        ]
+    if sum(weights) <= 0.0:
+        raise ValueError(f"readings {list(readings)} are impossible under σ = {sigma}")
+    components = [(w, mu, sigma) for w, mu in zip(weights, NUMERIC_MEANS, strict=True)]
+    return mixture_quantiles(components, levels)
+
+
+def numeric_uninformed_quantiles(
+    sigmas: Sequence[float], levels: Sequence[float]
+) -> tuple[float, ...]:
+    """Quantiles of the outcome before any reading: every (μ, σ) pair equally likely."""
+    return mixture_quantiles([(1.0, mu, sigma) for mu in NUMERIC_MEANS for sigma in sigmas], levels)
 
 
 def lure_texts(

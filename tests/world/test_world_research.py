@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import re
 from collections import Counter
 from datetime import UTC, datetime
 
 import pytest
 
+from futureworld.domain import QUANTILE_LEVELS
 from futureworld.world import (
     ArticleKind,
+    SimChoiceQuestion,
+    SimNumericQuestion,
     SimQuestion,
     World,
     WorldConfig,
@@ -20,6 +25,7 @@ from futureworld.world import (
     sft_examples,
 )
 from futureworld.world.config import FIVE_LEVEL_WORDS, cue_phrase, parse_cue_level
+from futureworld.world.kinds import CHOICE_STRENGTH_WORDS, NUMERIC_MEANS
 from futureworld.world.payloads import (
     article_html,
     full_market,
@@ -27,10 +33,14 @@ from futureworld.world.payloads import (
     lite_market,
     rss_document,
 )
+from futureworld.world.reference import kind_research_floors
 from futureworld.world.research import (
     LURE_EVENTS,
+    choice_informed_probabilities,
     informed_p_yes,
     level_posterior,
+    numeric_informed_quantiles,
+    numeric_uninformed_quantiles,
     reading_likelihood,
     uninformed_p_yes,
 )
@@ -376,3 +386,186 @@ def test_entity_names_never_contain_a_cue_word() -> None:
     words = {w for name in (e.name for e in world.entities) for w in name.lower().split()}
     assert len(world.entities) == 150
     assert not words & {w for phrase in FIVE_LEVEL_WORDS for w in phrase.split()}
+
+
+# -- choice and numeric questions -----------------------------------------------------------------
+
+KIND_RESEARCH = WorldConfig(
+    seed=0, research=True, questions_per_day=4, choice_questions_per_day=4,
+    numeric_questions_per_day=4,
+)  # fmt: skip
+
+
+def brute_force_choice(named: tuple[int, ...], k: int, p_fav: float, noise: float) -> list[float]:
+    """Σ_f π(f) Π_i P(n_i | f) p_f(j), normalised, with the naming process spelled out."""
+
+    def p_named(n: int, f: int) -> float:
+        # Keep the favourite with 1 − ε; else pick one of the other k − 1 uniformly.
+        return (1.0 - noise) * (n == f) + noise * sum(
+            1.0 / (k - 1) for o in range(k) if o != f and o == n
+        )
+
+    joint = [1.0 / k * math.prod(p_named(n, f) for n in named) for f in range(k)]
+    return [
+        sum(joint[f] * (p_fav if j == f else (1.0 - p_fav) / (k - 1)) for f in range(k))
+        / sum(joint)
+        for j in range(k)
+    ]
+
+
+def test_choice_informed_probabilities_equal_a_brute_force_enumeration() -> None:
+    for k, p_fav, noise in ((4, 0.7, 0.3), (2, 0.55, 0.3), (3, 0.85, 0.9), (6, 0.4, 0.0)):
+        for named in [(), (0,), (k - 1, k - 1), (0, 1), *itertools.product(range(k), repeat=2)]:
+            if noise == 0.0 and len(set(named)) > 1:
+                with pytest.raises(ValueError, match="impossible"):
+                    choice_informed_probabilities(
+                        named, n_options=k, favourite_p=p_fav, evidence_noise=noise
+                    )
+                continue
+            got = choice_informed_probabilities(
+                named, n_options=k, favourite_p=p_fav, evidence_noise=noise
+            )
+            assert got == pytest.approx(brute_force_choice(named, k, p_fav, noise), abs=1e-12)
+            assert sum(got) == pytest.approx(1.0)
+
+
+def slow_reading_likelihood(reading: int, mean: float, sigma: float) -> float:
+    """∫ over [r − ½, r + ½] of the N(μ, (σ/2)²) density, by Simpson's rule."""
+    sd, n = sigma / 2.0, 400
+    xs = [reading - 0.5 + i / n for i in range(n + 1)]
+    f = [math.exp(-(((x - mean) / sd) ** 2) / 2.0) / (sd * math.sqrt(2.0 * math.pi)) for x in xs]
+    return (1.0 / n / 3.0) * sum(
+        v * (1 if i in (0, n) else 4 if i % 2 else 2) for i, v in enumerate(f)
+    )
+
+
+def mixture_cdf(x: float, weights: list[float], sigma: float) -> float:
+    """Σ_μ w_μ Φ((x − μ)/σ) / Σ_μ w_μ, with Φ from the error function."""
+    total = sum(weights)
+    return sum(
+        w / total * 0.5 * (1.0 + math.erf((x - mu) / (sigma * math.sqrt(2.0))))
+        for w, mu in zip(weights, NUMERIC_MEANS, strict=True)
+    )
+
+
+def test_numeric_informed_quantiles_are_the_posterior_mixtures_quantiles() -> None:
+    levels = (0.05, 0.25, 0.5, 0.75, 0.95)
+    for sigma, readings in ((10.0, (96, 101)), (20.0, (30,)), (20.0, (150, 171, 160)), (10.0, ())):
+        weights = [
+            math.prod(slow_reading_likelihood(r, mu, sigma) for r in readings)
+            for mu in NUMERIC_MEANS
+        ]
+        quantiles = numeric_informed_quantiles(readings, sigma=sigma, levels=levels)
+        assert list(quantiles) == sorted(quantiles)
+        for level, q in zip(levels, quantiles, strict=True):
+            assert 0.0 < q < 200.0
+            assert mixture_cdf(q, weights, sigma) == pytest.approx(level, abs=1e-4), (
+                sigma,
+                readings,
+                level,
+            )
+    assert numeric_uninformed_quantiles((10.0, 20.0), (0.5,)) == pytest.approx((100.0,))
+
+
+def test_numeric_informed_quantiles_are_calibrated_on_the_worlds_outcomes() -> None:
+    world = World(KIND_RESEARCH)
+    below: Counter[float] = Counter()
+    n = 0
+    for day in range(150):
+        for question in world.kind_questions_posed_on(day):
+            if not isinstance(question, SimNumericQuestion):
+                continue
+            outcome = world.resolution_as_of(question.external_id, FAR_FUTURE).value
+            if outcome is None:
+                continue
+            n += 1
+            for level, q in zip(
+                QUANTILE_LEVELS, world.informed_forecast(question.external_id), strict=True
+            ):
+                below[level] += outcome <= q
+    assert n > 500
+    for level in QUANTILE_LEVELS:
+        assert abs(below[level] / n - level) < 0.04, level
+
+
+def test_no_research_choice_or_numeric_text_or_payload_states_its_cue() -> None:
+    world = World(KIND_RESEARCH)
+    cue = re.compile(r"favourite|expect about|give or take|" + "|".join(CHOICE_STRENGTH_WORDS))
+    for day in range(8):
+        for question in world.kind_questions_posed_on(day):
+            resolution = world.resolution_as_of(question.external_id, FAR_FUTURE)
+            texts = [question.title, question.description, repr(question.to_domain())]
+            for full in (False, True):
+                payload = kind_market(
+                    question, resolution, now=FAR_FUTURE, base_url=BASE_URL, full=full
+                )
+                texts.append(json.dumps(payload))
+            for text in texts:
+                assert cue.search(text) is None, text
+    plain = World(dataclasses.replace(KIND_RESEARCH, research=False))
+    assert all(cue.search(q.title) for q in plain.kind_questions_posed_on(0))
+
+
+def test_research_kind_crowds_say_nothing_about_the_truth() -> None:
+    world = World(KIND_RESEARCH)
+    favourite_crowd, numeric_error, numeric_spread = [], [], []
+    for day in range(100):
+        for q in world.kind_questions_posed_on(day):
+            if isinstance(q, SimChoiceQuestion):
+                favourite_crowd.append(q.crowd_probabilities[q.favourite] - 1.0 / len(q.options))
+            else:
+                numeric_error.append(q.crowd_value - 100.0)
+                numeric_spread.append(q.mean - 100.0)
+    assert abs(sum(favourite_crowd) / len(favourite_crowd)) < 0.02
+    assert abs(sum(numeric_error) / len(numeric_error)) < 2.0
+    # The crowd no longer follows μ: no correlation between the crowd's value and μ.
+    covariance = sum(a * b for a, b in zip(numeric_error, numeric_spread, strict=True))
+    assert abs(covariance / len(numeric_error)) < 60.0
+
+
+def test_kind_evidence_precedes_the_cutoff_and_names_the_entities_among_lures() -> None:
+    world = World(KIND_RESEARCH)
+    for day in range(8):
+        for question in world.kind_questions_posed_on(day):
+            cutoff = question.to_domain().info_cutoff_at
+            visible = world.articles_published_by(cutoff)
+            evidence = [a for a in visible if a.question_id == question.external_id]
+            assert len(evidence) == KIND_RESEARCH.evidence_articles_per_question
+            assert tuple(a.cue_reading for a in evidence) == world.evidence_readings(
+                question.external_id
+            )
+            key = f"d{day}-{question.external_id[-2:]}"
+            lures = [a for a in visible if a.guid.startswith(f"w0-dx-{key}-")]
+            assert len(lures) == KIND_RESEARCH.research_lures_per_question
+            if isinstance(question, SimChoiceQuestion):
+                strength = CHOICE_STRENGTH_WORDS[question.strength]
+                for article in evidence:
+                    named = question.options[article.cue_reading]
+                    assert f"a {strength} favourite in {named} to {question.event}" in article.title
+                    assert all(option in article.summary for option in question.options)
+                names = question.options
+            else:
+                for article in evidence:
+                    assert question.entity in article.title and question.quantity in article.title
+                    assert f"about {article.cue_reading} {question.quantity}" in article.summary
+                    assert f"give or take {question.sigma:g}" in article.summary
+                names = (question.entity,)
+            for article in evidence + lures:
+                assert article.published_at < cutoff
+            for lure in lures:
+                assert lure.question_id is None and lure.cue_reading is None
+                assert any(name in lure.title for name in names)
+
+
+def test_kind_informed_floors_are_below_their_uninformed_floors() -> None:
+    world = World(KIND_RESEARCH)
+    ids = [q.external_id for day in range(60) for q in world.kind_questions_posed_on(day)]
+    floors = kind_research_floors(world, ids)
+    assert floors.n_choice > 200 and floors.n_numeric > 200
+    assert floors.choice_uninformed_brier == pytest.approx(0.75)
+    assert floors.choice_informed_brier < floors.choice_uninformed_brier - 0.05
+    assert floors.numeric_informed_crps < 0.6 * floors.numeric_uninformed_crps
+    with pytest.raises(ValueError, match="binary"):
+        kind_research_floors(world, [world.questions_posed_on(0)[0].external_id])
+    with pytest.raises(KeyError, match="binary"):
+        world.informed_forecast(world.questions_posed_on(0)[0].external_id)
