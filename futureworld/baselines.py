@@ -5,8 +5,9 @@ evaluation) treats them alike and they stand as reference points in every score 
 Every question kind has a crowd and a uniform baseline; the base rate is binary-only (a YES
 frequency says nothing about which option or what number). A baseline's forecast is P(yes)
 (binary), a probability per option (choice) or the values at QUANTILE_LEVELS (numeric), or
-None when it has none for the question (a missing answer). Its turn text is the answer in the
-kind's own format, so parsing the text gives back the forecast.
+None when it has none for the question (a missing answer). Its turn text is the kind's exact
+answer (futureworld.answers), so parsing the text gives back the forecast; the crowd's and the
+uniform forecast of each kind are the kind's answer format's `crowd` and `uniform`.
 
 - crowd: the platform's P(yes), answer probabilities or quantiles at harvest
   (Question.crowd_probability / Question.crowd_forecast).
@@ -23,15 +24,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import StrEnum
 
+from futureworld.answers import ANSWER_FORMATS, Forecast, ParsedAnswer
 from futureworld.domain import (
-    QUANTILE_LEVELS,
     ParseStatus,
     Question,
     QuestionKind,
     StopReason,
     Trajectory,
     Turn,
-    option_label,
     utc_now,
 )
 
@@ -48,9 +48,6 @@ class Baseline(StrEnum):
 
 ResolvedHistory = Sequence[tuple[str, datetime, float]]
 """(source, resolved_at, outcome value) of binary questions resolved so far."""
-
-Forecast = float | tuple[float, ...] | None
-"""P(yes) (binary), probabilities per option (choice), quantiles (numeric), or none."""
 
 
 BASE_RATE_PSEUDO_COUNT = 2.0
@@ -81,65 +78,17 @@ def _base_rate(question: Question, history: ResolvedHistory) -> float | None:
     return base_rate(question, history) if question.kind is QuestionKind.BINARY else None
 
 
-def _crowd(question: Question, _history: ResolvedHistory) -> Forecast:
-    if question.kind is QuestionKind.BINARY:
-        return question.crowd_probability
-    return question.crowd_forecast
-
-
-def uniform_quantiles(question: Question) -> tuple[float, ...]:
-    """The quantiles at QUANTILE_LEVELS of the uniform distribution over the numeric range."""
-    spec = question.numeric_spec
-    if spec.log_scale:
-        lo, hi = math.log(spec.lower), math.log(spec.upper)
-        return tuple(math.exp(lo + t * (hi - lo)) for t in QUANTILE_LEVELS)
-    return tuple(spec.lower + t * (spec.upper - spec.lower) for t in QUANTILE_LEVELS)
+def _crowd(question: Question, _history: ResolvedHistory) -> Forecast | None:
+    return ANSWER_FORMATS[question.kind].crowd(question)
 
 
 def _uniform(question: Question, _history: ResolvedHistory) -> Forecast:
-    if question.kind is QuestionKind.CHOICE:
-        k = len(question.choice_spec.options)
-        return (1.0 / k,) * k
-    if question.kind is QuestionKind.NUMERIC:
-        return uniform_quantiles(question)
-    return 0.5
-
-
-def answer_text(question: Question, forecast: Forecast) -> str:
-    """The forecast in the answer format of the question's kind ("" for none)."""
-    if forecast is None:
-        return ""
-    if question.kind is QuestionKind.BINARY:
-        return f"<probability>{forecast:.6g}</probability>"
-    assert isinstance(forecast, tuple)
-    if question.kind is QuestionKind.CHOICE:
-        # Plain decimals: the choice format takes no exponent.
-        entries = (f"{option_label(i)}: {p:.12f}" for i, p in enumerate(forecast))
-        return f"<probabilities>{', '.join(entries)}</probabilities>"
-    pairs = zip(QUANTILE_LEVELS, forecast, strict=True)
-    levels = (f"{round(t * 100, 6):g}%: {q!r}" for t, q in pairs)
-    return f"<quantiles>{', '.join(levels)}</quantiles>"
-
-
-def _answer_fields(question: Question, forecast: Forecast) -> dict[str, object]:
-    if question.kind is QuestionKind.BINARY:
-        return {"p_yes": forecast}
-    assert isinstance(forecast, tuple)
-    if question.kind is QuestionKind.CHOICE:
-        total = math.fsum(forecast)
-        probabilities = tuple(p / total for p in forecast)
-        choice = max(range(len(probabilities)), key=lambda i: (probabilities[i], -i))
-        return {
-            "probabilities": probabilities,
-            "choice": choice,
-            "p_yes": probabilities[choice],
-        }
-    return {"quantiles": tuple(forecast)}
+    return ANSWER_FORMATS[question.kind].uniform(question)
 
 
 def baseline_trajectory(
     question: Question,
-    forecast: Forecast,
+    forecast: Forecast | None,
     *,
     agent_id: int,
     policy_version: int,
@@ -147,22 +96,32 @@ def baseline_trajectory(
 ) -> Trajectory:
     """One assistant turn holding the answer; a missing forecast is a missing answer."""
     assert question.id is not None, "baseline forecasts need stored questions"
-    answered = forecast is not None
+    answers = ANSWER_FORMATS[question.kind]
+    if forecast is None:
+        text, answer = "", ParsedAnswer(status=ParseStatus.MISSING)
+    else:
+        text, answer = (
+            answers.write(forecast, question, exact=True),
+            answers.answer(forecast, question),
+        )
     return Trajectory(
         question_id=question.id,
         agent_id=agent_id,
         policy_version=policy_version,
         sample_index=0,
-        turns=(Turn(index=0, role="assistant", text=answer_text(question, forecast)),),
-        **(_answer_fields(question, forecast) if answered else {}),  # type: ignore[arg-type]
-        parse_status=ParseStatus.OK if answered else ParseStatus.MISSING,
-        stop_reason=StopReason.ANSWERED if answered else StopReason.NO_ACTION,
+        turns=(Turn(index=0, role="assistant", text=text),),
+        p_yes=answer.p_yes,
+        choice=answer.choice,
+        probabilities=answer.probabilities,
+        quantiles=answer.quantiles,
+        parse_status=answer.status,
+        stop_reason=StopReason.ANSWERED if forecast is not None else StopReason.NO_ACTION,
         created_at=utc_now(),
         as_of=as_of,
     )
 
 
-BASELINES: dict[Baseline, Callable[[Question, ResolvedHistory], Forecast]] = {
+BASELINES: dict[Baseline, Callable[[Question, ResolvedHistory], Forecast | None]] = {
     Baseline.CROWD: _crowd,
     Baseline.BASE_RATE: _base_rate,
     Baseline.UNIFORM: _uniform,

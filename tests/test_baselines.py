@@ -9,14 +9,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from futureworld.agent.parsing import parse_final_answer
+from futureworld.answers import parse_final_answer
+from futureworld.answers.numeric import uniform_quantiles
 from futureworld.baselines import (
     BASE_RATE_PSEUDO_COUNT,
     BASELINES,
     Baseline,
     base_rate,
     baseline_trajectory,
-    uniform_quantiles,
 )
 from futureworld.domain import (
     QUANTILE_LEVELS,

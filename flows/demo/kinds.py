@@ -15,7 +15,7 @@ below zero.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -25,15 +25,11 @@ import numpy as np
 
 from flows.demo.panel import CYCLE_HOUR, PANEL_DAY
 from futureworld import scoring
-from futureworld.agent.demonstrations import (
-    Demonstration,
-    choice_answer_text,
-    demonstration_trajectory,
-    quantile_answer_text,
-)
+from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
 from futureworld.agent.engine import GroupJob, RolloutEngine
 from futureworld.agent.loop import rollout_seed
 from futureworld.agent.tools import InMemoryCorpus
+from futureworld.answers import ANSWER_FORMATS
 from futureworld.domain import (
     QUANTILE_LEVELS,
     GenerationSettings,
@@ -75,7 +71,7 @@ class KindPanelQuestion:
 
 def build_kind_panel(world: World, kind: QuestionKind, n: int) -> list[KindPanelQuestion]:
     """The first `n` questions of `kind` posed from PANEL_DAY on, with their outcomes."""
-    wanted = SimChoiceQuestion if kind is QuestionKind.CHOICE else SimNumericQuestion
+    wanted = KIND_PANELS[kind].sim_type
     out: list[KindPanelQuestion] = []
     day = PANEL_DAY
     while len(out) < n:
@@ -126,9 +122,7 @@ class KindPanelScore:
         """Choice: top-label ECE; numeric: the 90% interval's coverage."""
         if not self.score:
             return float("nan")
-        if self.kind is QuestionKind.CHOICE:
-            return expected_calibration_error(list(self.confidence), list(self.hit))
-        return float(np.mean(self.hit))
+        return KIND_PANELS[self.kind].calibration(self.confidence, self.hit)
 
     @property
     def coverage_50(self) -> float:
@@ -144,13 +138,18 @@ class KindPanelScore:
         return list(zip(self.question, self.confidence, self.hit, strict=True))
 
 
-def _choice_scores(probabilities: Sequence[float], outcome: int) -> tuple[float, float, float]:
-    brier = sum((p - (1.0 if i == outcome else 0.0)) ** 2 for i, p in enumerate(probabilities))
+def _choice_scores(
+    _question: Question, probabilities: Sequence[float], outcome: float
+) -> tuple[float, float, float]:
+    y = int(outcome)
+    brier = sum((p - (1.0 if i == y else 0.0)) ** 2 for i, p in enumerate(probabilities))
     top = max(range(len(probabilities)), key=lambda i: (probabilities[i], -i))
-    return brier, probabilities[top], 1.0 if top == outcome else 0.0
+    return brier, probabilities[top], 1.0 if top == y else 0.0
 
 
-def _numeric_scores(question: Question, quantiles: Sequence[float], outcome: float):
+def _numeric_scores(
+    question: Question, quantiles: Sequence[float], outcome: float
+) -> tuple[float, float, float]:
     spec = question.numeric_spec
     unit = [spec.normalise(q) for q in quantiles]
     y = spec.normalise(outcome)
@@ -160,11 +159,65 @@ def _numeric_scores(question: Question, quantiles: Sequence[float], outcome: flo
     return crps, in_50, in_90
 
 
+def _top_label_ece(confidence: Sequence[float], hit: Sequence[float]) -> float:
+    return expected_calibration_error(list(confidence), list(hit))
+
+
+def _coverage(_confidence: Sequence[float], hit: Sequence[float]) -> float:
+    return float(np.mean(hit))
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindPanel:
+    """How the demo scores and reports one kind's panel (KIND_PANELS)."""
+
+    sim_type: type[SimKindQuestion]
+    """The world's questions of the kind."""
+    true_forecast: Callable[[Any], tuple[float, ...]]
+    """The world question's true distribution, as the kind's answer holds a forecast."""
+    score: Callable[[Question, Sequence[float], float], tuple[float, float, float]]
+    """(score, confidence, hit) of a forecast given the outcome (KindPanelScore's columns)."""
+    calibration: Callable[[Sequence[float], Sequence[float]], float]
+    """The calibration column's value from the (confidence, hit) columns."""
+    score_name: str
+    table_score_name: str
+    calibration_name: str
+    claims_calibration: bool
+    """The claim pairs the calibration as well as the score (else it is only reported)."""
+    reports_coverage_50: bool
+    """The table has a 50% coverage column (the confidence column's mean)."""
+
+
+KIND_PANELS: dict[QuestionKind, KindPanel] = {
+    QuestionKind.CHOICE: KindPanel(
+        sim_type=SimChoiceQuestion,
+        true_forecast=lambda sim: sim.probabilities,
+        score=_choice_scores,
+        calibration=_top_label_ece,
+        score_name="multiclass Brier",
+        table_score_name="multiclass Brier",
+        calibration_name="top-label ECE",
+        claims_calibration=True,
+        reports_coverage_50=False,
+    ),
+    QuestionKind.NUMERIC: KindPanel(
+        sim_type=SimNumericQuestion,
+        true_forecast=lambda sim: sim.true_quantiles(),
+        score=_numeric_scores,
+        calibration=_coverage,
+        score_name="CRPS",
+        table_score_name="CRPS (unit axis)",
+        calibration_name="90% coverage",
+        claims_calibration=False,
+        reports_coverage_50=True,
+    ),
+}
+"""The demo's non-binary kinds (the binary panel is flows.demo.panel's)."""
+
+
 def _true_score(item: KindPanelQuestion) -> float:
-    sim = item.sim
-    if isinstance(sim, SimChoiceQuestion):
-        return _choice_scores(sim.probabilities, int(item.outcome))[0]
-    return _numeric_scores(item.question, sim.true_quantiles(), item.outcome)[0]
+    panel = KIND_PANELS[item.question.kind]
+    return panel.score(item.question, panel.true_forecast(item.sim), item.outcome)[0]
 
 
 def score_kind_panel(
@@ -193,16 +246,16 @@ def score_kind_panel(
     ]
     groups: dict[int, list[Trajectory]] = {}
     engine.run(jobs, lambda job, group: groups.__setitem__(job.question.id, group))
+    answers, rules = ANSWER_FORMATS[kind], KIND_PANELS[kind]
     index, score, confidence, hit, unparsed = [], [], [], [], 0
     for n, item in enumerate(panel):
         for t in groups[item.question.id]:
             if t.parse_status is not ParseStatus.OK:
                 unparsed += 1
                 continue
-            if kind is QuestionKind.CHOICE:
-                s, c, h = _choice_scores(t.probabilities, int(item.outcome))
-            else:
-                s, c, h = _numeric_scores(item.question, t.quantiles, item.outcome)
+            forecast = answers.forecast_of(t)
+            assert isinstance(forecast, tuple), f"an OK {kind} answer holds no forecast"
+            s, c, h = rules.score(item.question, forecast, item.outcome)
             index.append(n)
             score.append(s)
             confidence.append(c)
@@ -238,7 +291,7 @@ class KindClaim:
         return answering and self.score.ci[1] < 0.0
 
     def summary(self) -> str:
-        name = "multiclass Brier" if self.kind is QuestionKind.CHOICE else "CRPS"
+        name = KIND_PANELS[self.kind].score_name
         d = self.score
         parts = [
             f"{self.kind} {name} {d.before:.4f} → {d.after:.4f} (Δ {d.difference:+.4f}, "
@@ -264,7 +317,7 @@ def kind_claim(scores: Sequence[KindPanelScore], n_resamples: int = 1000) -> Kin
         return float(np.mean(p))
 
     calibration = None
-    if first.kind is QuestionKind.CHOICE:
+    if KIND_PANELS[first.kind].claims_calibration:
         calibration = scoring.paired_bootstrap_difference(
             first.calibration_rows(),
             last.calibration_rows(),
@@ -283,9 +336,10 @@ def kind_claim(scores: Sequence[KindPanelScore], n_resamples: int = 1000) -> Kin
 
 def kind_answer_text(example: KindSFTExample) -> str:
     """The reference's answer in its kind's canonical format."""
-    if example.question.kind is QuestionKind.CHOICE:
-        return choice_answer_text(example.probabilities)
-    return quantile_answer_text(example.quantiles, example.question.numeric_spec)
+    answers = ANSWER_FORMATS[example.question.kind]
+    forecast = answers.forecast_of(example)
+    assert forecast is not None, f"no reference forecast for {example.question.external_id}"
+    return answers.write(forecast, example.question)
 
 
 def kind_warm_start_trajectories(
@@ -333,26 +387,20 @@ def kind_report(
         verdict = (
             "no first- or last-round forecasts to compare" if claim is None else (claim.summary())
         )
-        choice = kind is QuestionKind.CHOICE
-        name, calibration = (
-            ("multiclass Brier", "top-label ECE")
-            if choice
-            else (
-                "CRPS (unit axis)",
-                "90% coverage",
-            )
-        )
+        rules = KIND_PANELS[kind]
+        name, calibration = rules.table_score_name, rules.calibration_name
+        coverage = rules.reports_coverage_50
         lines += [
             f"**{kind}, round 0 → round {rounds[-1].round}** (paired bootstrap over "
             f"{len({q for r in rounds for q in r.question})} panel questions): {verdict}.",
             "",
             f"| round | version | n | {name} | {calibration} | "
-            + ("" if choice else "50% coverage | ")
+            + ("50% coverage | " if coverage else "")
             + "truth's score (floor) | parsed |",
-            "|---" * (7 if choice else 8) + "|",
+            "|---" * (8 if coverage else 7) + "|",
         ]
         for r in rounds:
-            middle = "" if choice else f"{r.coverage_50:.3f} | "
+            middle = f"{r.coverage_50:.3f} | " if coverage else ""
             lines.append(
                 f"| {r.round} | {r.policy_version} | {len(r.score)} | {r.mean_score:.4f} | "
                 f"{r.calibration:.4f} | {middle}{r.true_score:.4f} | {r.parse_rate:.2f} |"
@@ -375,7 +423,7 @@ def kind_report(
                     "n": len(r.score),
                     "score": r.mean_score,
                     "calibration": r.calibration,
-                    "coverage_50": None if choice else r.coverage_50,
+                    "coverage_50": r.coverage_50 if coverage else None,
                     "true_score": r.true_score,
                     "parse_rate": r.parse_rate,
                 }

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from futureworld.agent.demonstrations import Demonstration, answer_text, demonstration_trajectory
+from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
 from futureworld.agent.engine import GroupJob, RolloutEngine
 from futureworld.agent.loop import rollout_seed
 from futureworld.agent.tools import InMemoryCorpus
+from futureworld.answers import ANSWER_FORMATS
 from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajectory
 from futureworld.policy.base import PolicyBackend
 from futureworld.sources.manifold import market_to_question
@@ -151,7 +152,9 @@ def warm_start_trajectories(
     return [
         demonstration_trajectory(
             tokenizer,
-            Demonstration(question=question, completion=answer_text(target)),
+            Demonstration(
+                question=question, completion=ANSWER_FORMATS[question.kind].write(target, question)
+            ),
             agent_id=agent_id,
             policy_version=0,
             sample_index=i,

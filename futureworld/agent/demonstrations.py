@@ -6,7 +6,8 @@ prompt is raw text (tokenized as is), or `{"question": {...}, "completion": str}
 question (title, background, resolution_criteria, info_cutoff_at, resolve_by …) is rendered
 with the agent's own prompt. A question may name its `kind` ("binary", "choice" or
 "multiple_choice", "numeric") with its `options` and `extra` (e.g. {"numeric": {...}}); the
-completion is then parsed in that kind's answer format.
+completion is then parsed in that kind's answer format. The canonical completion for a
+forecast is the kind's `write` (futureworld.answers).
 """
 
 from __future__ import annotations
@@ -18,18 +19,13 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from futureworld.agent.parsing import ParsedAnswer, parse_answer, parse_final_answer
-from futureworld.agent.prompts import encode_prompt, format_numeric_value
-from futureworld.domain import (
-    QUANTILE_LEVELS,
-    NumericSpec,
-    ParseStatus,
-    Question,
-    StopReason,
-    Trajectory,
-    Turn,
-    option_label,
-)
+from futureworld.agent.prompts import encode_prompt
+from futureworld.answers import ParsedAnswer, parse_final_answer
+from futureworld.answers.binary import parse_answer
+
+# The binary demonstration's answer, under the name flows.demo.run and benchmarks import.
+from futureworld.answers.binary import write_probability as answer_text  # noqa: F401
+from futureworld.domain import ParseStatus, Question, StopReason, Trajectory, Turn
 
 
 class DemonstrationFormatError(ValueError):
@@ -41,29 +37,6 @@ class Demonstration:
     completion: str
     prompt: str | None = None
     question: Question | None = None
-
-
-def answer_text(p_yes: float) -> str:
-    """The canonical final answer the agent is taught to give (binary)."""
-    return f"<probability>{p_yes:.2f}</probability>"
-
-
-def choice_answer_text(probabilities: tuple[float, ...]) -> str:
-    """The canonical choice answer: every option's label with its probability, two decimals."""
-    entries = ", ".join(f"{option_label(i)}: {p:.2f}" for i, p in enumerate(probabilities))
-    return f"<probabilities>{entries}</probabilities>"
-
-
-def quantile_answer_text(quantiles: tuple[float, ...], spec: NumericSpec) -> str:
-    """The canonical numeric answer: QUANTILE_LEVELS with their values as the prompt writes
-    numbers (dates on a time axis)."""
-    if len(quantiles) != len(QUANTILE_LEVELS):
-        raise ValueError(f"need {len(QUANTILE_LEVELS)} quantiles, got {len(quantiles)}")
-    entries = ", ".join(
-        f"{round(level * 100)}%: {format_numeric_value(value, spec)}"
-        for level, value in zip(QUANTILE_LEVELS, quantiles, strict=True)
-    )
-    return f"<quantiles>{entries}</quantiles>"
 
 
 def demonstration_trajectory(

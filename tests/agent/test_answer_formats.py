@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from futureworld.agent.demonstrations import choice_answer_text, quantile_answer_text
 from futureworld.agent.parsing import (
     ACTION_STOP_STRINGS,
     ActionKind,
@@ -18,6 +17,7 @@ from futureworld.agent.parsing import (
     parse_action,
     parse_final_answer,
 )
+from futureworld.answers import ANSWER_FORMATS
 from futureworld.domain import (
     CHOICE_SUM_TOLERANCE,
     QUANTILE_LEVELS,
@@ -28,6 +28,8 @@ from futureworld.domain import (
 )
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)
+CHOICE = ANSWER_FORMATS[QuestionKind.CHOICE]
+NUMERIC = ANSWER_FORMATS[QuestionKind.NUMERIC]
 
 
 def choice_question(n_options: int = 3) -> Question:
@@ -65,10 +67,11 @@ def choice_vectors(draw: st.DrawFn) -> list[float]:
 
 @given(probabilities=choice_vectors(), lower=st.booleans())
 def test_any_written_distribution_parses_back_normalised(probabilities: list[float], lower: bool):
-    text = choice_answer_text(tuple(probabilities))
+    question = choice_question(len(probabilities))
+    text = CHOICE.write(tuple(probabilities), question)
     if lower:
         text = text.replace("A:", "a:")
-    answer = parse_final_answer(f"So: {text}", choice_question(len(probabilities)))
+    answer = parse_final_answer(f"So: {text}", question)
     assert answer.status is ParseStatus.OK
     written = [round(p, 2) for p in probabilities]
     assert answer.probabilities == pytest.approx([w / sum(written) for w in written])
@@ -151,7 +154,7 @@ def test_monotone_quantiles_within_bounds_parse_back_in_any_order(values: list[f
 @given(values=sorted_values)
 def test_canonical_quantile_text_round_trips(values: list[float]):
     spec = NumericSpec(lower=0.0, upper=100.0)
-    text = quantile_answer_text(tuple(values), spec)
+    text = NUMERIC.write(tuple(values), numeric_question(spec))
     assert parse_final_answer(text, numeric_question(spec)).quantiles == tuple(values)
 
 
@@ -160,7 +163,7 @@ def test_decreasing_quantiles_are_not_monotone(values: list[float], i: int):
     if values[i] == values[i + 1]:
         values[i + 1] += 1.0
     values[i], values[i + 1] = values[i + 1], values[i]
-    text = quantile_answer_text(tuple(values), NumericSpec(lower=0.0, upper=200.0))
+    text = NUMERIC.write(tuple(values), numeric_question(NumericSpec(lower=0.0, upper=200.0)))
     assert parse_final_answer(text, numeric_question()).status is ParseStatus.NOT_MONOTONE
 
 
@@ -216,7 +219,7 @@ def test_date_questions_answer_with_dates_on_the_time_axis():
     answer = parse_final_answer(text + "</quantiles>", numeric_question(spec))
     assert answer.status is ParseStatus.OK
     assert answer.quantiles[2] == datetime(2026, 3, 15, tzinfo=UTC).timestamp()
-    assert quantile_answer_text(answer.quantiles, spec) == text + "</quantiles>"
+    assert NUMERIC.write(answer.quantiles, numeric_question(spec)) == text + "</quantiles>"
     late = text.replace("2026-06-30", "2027-06-30") + "</quantiles>"
     assert parse_final_answer(late, numeric_question(spec)).status is ParseStatus.OUT_OF_RANGE
 
