@@ -5,6 +5,7 @@ smoothed by a Beta prior."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -75,6 +76,17 @@ def test_a_baselines_answer_text_parses_back_to_its_forecast(kind, baseline) -> 
     assert parsed.choice == t.choice
     assert parsed.probabilities == pytest.approx(t.probabilities)
     assert parsed.quantiles == pytest.approx(t.quantiles)
+
+
+def test_a_tiny_crowd_probability_is_written_without_an_exponent() -> None:
+    # %.6g wrote 1e-05, which the probability grammar refuses (MALFORMED).
+    binary = replace(_question(QuestionKind.BINARY), crowd_probability=1e-05)
+    t = _trajectory(binary, Baseline.CROWD)
+    assert t.turns[0].text == "<probability>0.00001</probability>"
+    assert parse_final_answer(t.turns[0].text, binary).p_yes == 1e-05 == t.p_yes
+    choice = _question(QuestionKind.CHOICE, crowd_probabilities=[1e-07, 0.5, 0.5 - 1e-07])
+    t = _trajectory(choice, Baseline.CROWD)
+    assert parse_final_answer(t.turns[0].text, choice).probabilities == t.probabilities
 
 
 def test_crowd_and_uniform_forecasts_per_kind() -> None:
