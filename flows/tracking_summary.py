@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from futureworld.domain import ScoredRollout, Trajectory
+from futureworld.domain import ParseStatus, ScoredRollout, Trajectory
 from futureworld.rl.advantages import compute_advantages, group_rollouts
 from futureworld.rl.config import TrainConfig
 
@@ -22,9 +22,11 @@ def update_summary(
 ) -> dict[str, float]:
     """Per update: groups/rollouts used and skipped, steps; over its scored rollouts the
     reward mean and std, the mean within-group reward std, the share of groups whose rewards
-    are all equal (no signal under a group baseline), staleness; over loss-mask tokens the
-    advantage std and mean |A| (as `compute_advantages` gives them to the trainer); over the
-    steps the mean loss and the largest kl_prox."""
+    are all equal (no signal under a group baseline), the share whose G answers are all the
+    same (the mark of a collapsed policy: `identical_answer_group_fraction`), the parse rate,
+    the mean generated tokens a rollout, staleness; over loss-mask tokens the advantage std
+    and mean |A| (as `compute_advantages` gives them to the trainer); over the steps the mean
+    loss and the largest kl_prox."""
     summary = {
         "groups": float(result.groups_used),
         "groups_skipped": float(result.groups_skipped),
@@ -43,7 +45,12 @@ def update_summary(
     rewards = np.asarray([r.reward for r in scored], dtype=np.float64)
     groups = [np.asarray([r.reward for r in g], dtype=np.float64) for g in group_rollouts(scored)]
     staleness = np.asarray([r.staleness for r in scored], dtype=np.float64)
+    answers = [{_answer(r.trajectory) for r in g} for g in group_rollouts(scored)]
+    generated = [sum(r.trajectory.loss_mask) for r in scored]
     summary |= {
+        "identical_answer_group_fraction": float(np.mean([len(a) == 1 for a in answers])),
+        "parse_rate": float(np.mean([r.trajectory.parse_status is ParseStatus.OK for r in scored])),
+        "answer_tokens_mean": float(np.mean(generated)),
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()),
         "group_reward_std_mean": float(np.mean([g.std() for g in groups])),
@@ -61,3 +68,10 @@ def update_summary(
         summary["advantage_std"] = float(on_tokens.std())
         summary["advantage_abs_mean"] = float(np.abs(on_tokens).mean())
     return summary
+
+
+def _answer(trajectory: Trajectory) -> object:
+    """What a rollout answered, comparable across a group: unparsed answers are all one."""
+    if trajectory.parse_status is not ParseStatus.OK:
+        return None
+    return (trajectory.p_yes, trajectory.choice, trajectory.probabilities, trajectory.quantiles)

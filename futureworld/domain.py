@@ -604,6 +604,9 @@ class TrainingRun:
     finished_at: datetime | None = None
     made_at: datetime | None = None
     """The pipeline's instant of the run (its as-of: in a backtest, simulated time)."""
+    summary: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
+    """The update's health once it completed: groups, reward spread, the share of groups
+    whose answers are all identical, parse rate, mean answer length, advantage spread …"""
     id: int | None = None
 
 

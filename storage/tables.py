@@ -245,6 +245,9 @@ class TrainingRunRow(SQLModel, table=True):
     finished_at: datetime | None = _utc(nullable=True)
     made_at: datetime | None = _utc(nullable=True)
     """The run's as-of (migration 0007); started_at is the wall clock."""
+    summary: dict[str, Any] = _json()
+    """The update's health, written when it completes (migration 0009;
+    flows.tracking_summary.update_summary)."""
 
 
 class TrainStepRow(SQLModel, table=True):

@@ -22,6 +22,8 @@ from flows.cli.common import (
 )
 from flows.stages.serving import ServeReport
 from flows.stages.training import TrainOptions
+from flows.tracking import ReportTo
+from futureworld.domain import VersionStatus
 from futureworld.evaluation import ScoreRow
 from futureworld.evaluation_kinds import (
     CHOICE_COLUMNS,
@@ -124,9 +126,19 @@ def train_command(
             "equals one process's.",
         ),
     ] = TrainOptions.model_fields["nproc"].default,
+    report_to: Annotated[
+        ReportTo | None,
+        typer.Option(
+            "--report-to",
+            help="Experiment tracker for this update's steps and summary (default "
+            "FW_REPORT_TO, else none).",
+        ),
+    ] = None,
     db: DbOption = None,
 ) -> None:
-    """Replay completed groups into a staleness-corrected update; register the new version.
+    """Replay completed groups into a staleness-corrected update; register the new version,
+    which serves once the promotion gate passes it (FW_VALIDATION_FRACTION of the questions
+    held out; 0: no gate).
     Every training setting is a TrainConfig field, set by --config FILE.toml and --set
     name=value (defaults: TrainConfig's)."""
     from flows.stages.lineage import LineageError, check_update
@@ -158,6 +170,7 @@ def train_command(
         reuse=reuse,
         fresh_optimizer=fresh_optimizer,
         nproc=nproc,
+        report_to=report_to,
     )
     from flows.stages.serving import serve_current_version
 
@@ -187,6 +200,18 @@ def train_command(
         f"rollouts ({report.groups} groups, {report.groups_skipped} skipped, "
         f"{report.remaining_groups} left); {len(report.steps)} steps, "
         f"last loss {last.get('loss', float('nan')):.4f}; checkpoint {report.checkpoint_path}"
+    )
+    if report.gate is not None:
+        verdict = f"{report.status} by the gate ({report.gate.reason})"
+    elif report.status is VersionStatus.CANDIDATE:
+        verdict = f"candidate: the gate could not judge it; `futureworld gate --agent {agent}`"
+    else:
+        verdict = f"{report.status}, not gated"
+    console.print(
+        f"{report.agent} v{report.to_version}: {verdict}",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
     )
 
 

@@ -25,11 +25,12 @@ def register_version_commands(app: typer.Typer) -> None:
 def versions_command(agent: AgentOption, db: DbOption = None) -> None:
     """Print the agent's lineage, oldest first: version (* the served one), status, parent,
     created, its gate's validation Brier and parse rate where known, and the reason."""
-    from flows.stages.promotion import version_lineage
+    from flows.stages.promotion import version_health, version_lineage
 
     with cli_context(db) as ctx:
         require_agent(ctx, agent)
         versions = version_lineage(ctx, agent)
+        health = version_health(ctx, agent)
         served = ctx.current_version(ctx.agent(agent)).version
     console.print(f"{agent}: serving v{served}", soft_wrap=True)
     for v in versions:
@@ -42,8 +43,33 @@ def versions_command(agent: AgentOption, db: DbOption = None) -> None:
             line += f"  validation: {v.validation_questions} questions, Brier {brier}, "
             line += f"parse rate {parse}"
         _say(line)
+        if v.version in health:
+            _say(f"        update: {health_line(health[v.version])}")
         if v.status_reason:
             _say(f"        {v.status_reason}")
+
+
+HEALTH_FIELDS = (
+    ("groups", "groups", "{:.0f}"),
+    ("identical answers", "identical_answer_group_fraction", "{:.0%}"),
+    ("parse rate", "parse_rate", "{:.2f}"),
+    ("answer tokens", "answer_tokens_mean", "{:.0f}"),
+    ("reward", "reward_mean", "{:+.4f}"),
+    ("entropy", "entropy_mean", "{:.3f}"),
+    ("clip", "clip_fraction_mean", "{:.1%}"),
+    ("kl_prox max", "kl_prox_max", "{:.4f}"),
+    ("grad norm max", "grad_norm_max", "{:.2f}"),
+    ("sampler gap", "sampler_gap_mean", "{:.4f}"),
+    ("staleness", "staleness_mean", "{:.1f}"),
+)
+"""What `versions` prints of each update's health (storage.repositories.training.update_health),
+in this order; a figure the update did not record is left out."""
+
+
+def health_line(health: dict[str, float]) -> str:
+    return ", ".join(
+        f"{label} {form.format(health[key])}" for label, key, form in HEALTH_FIELDS if key in health
+    )
 
 
 def _say(text: str) -> None:
@@ -60,7 +86,10 @@ def gate_command(
     fraction: Annotated[
         float | None,
         typer.Option(
-            "--validation-fraction", min=0.0, max=1.0, help="Share of questions held out."
+            "--validation-fraction",
+            min=0.0,
+            max=1.0,
+            help="Share of questions held out (default FW_VALIDATION_FRACTION, replay's slice).",
         ),
     ] = None,
     as_of: AsOfOption = None,
@@ -71,8 +100,11 @@ def gate_command(
     from flows.stages.promotion import GateError, gate_candidates, gate_version
     from futureworld.validation import GateOptions
 
-    options = GateOptions() if fraction is None else GateOptions(validation_fraction=fraction)
     with cli_context(db, as_of) as ctx:
+        # the slice replay leaves out (FW_VALIDATION_FRACTION) unless told otherwise
+        options = GateOptions(validation_fraction=ctx.settings.validation_fraction)
+        if fraction is not None:
+            options = GateOptions(validation_fraction=fraction)
         require_agent(ctx, agent)
         if not ctx.agent(agent).backend.generates:
             raise UserError(f"gate: {agent} is a baseline: it has no versions to gate")

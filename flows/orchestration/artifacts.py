@@ -202,3 +202,86 @@ def _number(value: Any) -> str:
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()}
+
+
+LINEAGE_PLOTS = (
+    ("validation Brier", "validation_brier"),
+    ("validation parse rate", "validation_parse_rate"),
+    ("identical-answer groups", "identical_answer_group_fraction"),
+    ("entropy / token", "entropy_mean"),
+    ("kl_prox (max)", "kl_prox_max"),
+    ("sampler gap", "sampler_gap_mean"),
+)
+"""The per-version figures the lineage artifact plots, one panel each (x: the version)."""
+
+
+def lineage_rows(
+    versions: Sequence[Any], health: Mapping[int, Mapping[str, float]]
+) -> list[dict[str, Any]]:
+    """One row per policy version: its status and gate figures, and its update's health."""
+    rows = []
+    for v in versions:
+        row: dict[str, Any] = {
+            "version": v.version,
+            "status": str(v.status),
+            "parent": v.parent_version,
+            "validation_questions": v.validation_questions,
+            "validation_brier": v.validation_brier,
+            "validation_parse_rate": v.validation_parse_rate,
+        }
+        row |= dict(health.get(v.version, {}))
+        row["reason"] = v.status_reason
+        rows.append(row)
+    return rows
+
+
+def publish_lineage(
+    agent: str, rows: Sequence[Mapping[str, Any]], *, reports_dir: Path, run_key: str
+) -> Path:
+    """The agent's versions as one artifact, updated after every update: a table of each
+    version's status, gate verdict and update health, and the health plotted by version."""
+    path = plot_lineage(rows, reports_dir / f"lineage-{artifact_key(agent)}-{run_key}.png")
+    header = ["version", "status", "validation Brier", "parse rate", "identical", "entropy"]
+    header += ["kl_prox max", "reason"]
+    keys = ["validation_brier", "validation_parse_rate", "identical_answer_group_fraction"]
+    keys += ["entropy_mean", "kl_prox_max"]
+    lines = [f"# {agent}: versions", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "---|" * len(header))
+    for row in rows:
+        cells = [f"v{row['version']}", str(row["status"])]
+        cells += [_number(row.get(k)) for k in keys] + [_cell(str(row.get("reason") or ""))]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", _image_markdown("health by version", path)]
+    create_markdown_artifact(
+        markdown="\n".join(lines),
+        key=artifact_key("lineage", agent),
+        description=f"{agent}: every version's gate verdict and update health",
+    )
+    return path
+
+
+def plot_lineage(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """One panel per LINEAGE_PLOTS figure against the version; rejected versions in red. A
+    panel with nothing to show says so in its frame."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 6))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, (len(LINEAGE_PLOTS) + 1) // 2).ravel()
+    for ax, (title, key) in zip(axes, LINEAGE_PLOTS, strict=False):
+        points = [(r["version"], r[key], r["status"]) for r in rows if r.get(key) is not None]
+        if points:
+            ax.plot([x for x, _, _ in points], [y for _, y, _ in points], marker="o")
+            bad = [(x, y) for x, y, s in points if s == "rejected"]
+            if bad:
+                ax.scatter(*zip(*bad, strict=True), color="red", zorder=3, label="rejected")
+                ax.legend(loc="best", fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "not recorded yet", ha="center", va="center", transform=ax.transAxes)
+        ax.set(xlabel="version", title=title)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=100)
+    return path

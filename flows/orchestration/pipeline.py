@@ -35,6 +35,7 @@ from flows.stages.evaluating import Evaluation, evaluate
 from flows.stages.harvesting import HarvestReport, harvest
 from flows.stages.predicting import PredictReport, predict
 from flows.stages.problems import any_failed
+from flows.stages.promotion import version_health, version_lineage
 from flows.stages.provisional import ProvisionalReport, write_provisional_rewards
 from flows.stages.resolving import ResolveReport, resolve
 from flows.stages.serving import ServeReport, serve_current_version
@@ -186,6 +187,11 @@ def _publish_training(ctx: PipelineContext, agent: str, report: TrainReport | No
     artifacts.publish_training(
         agent, list(report.steps), reports_dir=ctx.reports_dir, run_key=ctx.run_key, title=title
     )
+    rows = artifacts.lineage_rows(version_lineage(ctx, agent), version_health(ctx, agent))
+    artifacts.publish_lineage(agent, rows, reports_dir=ctx.reports_dir, run_key=ctx.run_key)
+    if report.gate is not None:
+        verdict = f"{report.status} ({report.gate.reason})"
+        get_run_logger().info("%s v%d: %s", agent, report.to_version, verdict)
 
 
 # ── flows ────────────────────────────────────────────────────────────────────────────────

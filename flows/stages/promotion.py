@@ -58,7 +58,7 @@ from storage.repositories.agents import (
 )
 from storage.repositories.questions import latest_outcomes, list_questions
 from storage.repositories.rollouts import ForecastGroup, forecast_groups
-from storage.repositories.training import held_out_question_ids
+from storage.repositories.training import held_out_question_ids, update_health
 
 NO_VALIDATION_DATA = "no validation data"
 """The reason recorded for a version promoted because no validation question was resolved."""
@@ -207,6 +207,15 @@ def version_lineage(ctx: PipelineContext, agent_name: str) -> list[PolicyVersion
     agent = ctx.agent(agent_name)
     with session_scope(ctx.engine) as session:
         return list_policy_versions(session, agent.id)
+
+
+def version_health(ctx: PipelineContext, agent_name: str) -> dict[int, dict[str, float]]:
+    """Each version an update produced → that update's health (its summary and the means of
+    its steps' entropy, clip fraction, kl_prox, grad norm and sampler gap:
+    storage.repositories.training.update_health)."""
+    agent = ctx.agent(agent_name)
+    with session_scope(ctx.engine) as session:
+        return update_health(session, agent.id)
 
 
 def _by_hand(

@@ -19,6 +19,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from flows.tracking import ReportTo
 from futureworld.domain import QuestionKind
 from futureworld.rewards import RewardFn, rewards_for_kind
 from futureworld.rl.config import Estimator, TrainConfig
@@ -146,6 +147,9 @@ class TrainOptions(BaseModel):
     nproc: int = 1
     """Training processes on this machine (torchrun, DDP; gloo on CPU, NCCL on GPUs): each
     takes a share of every step's whole groups; the update equals one process's."""
+    report_to: ReportTo | None = None
+    """The experiment tracker this update logs to (tensorboard, mlflow, wandb, none); None:
+    the settings' FW_REPORT_TO (flows.tracking)."""
 
     @model_validator(mode="after")
     def _check(self) -> TrainOptions:

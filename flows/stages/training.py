@@ -49,6 +49,8 @@ from flows.stages.provisional import with_provisional_groups
 from flows.stages.serving import check_servable
 from flows.stages.train_options import TrainOptions
 from flows.stages.training_lock import one_update_per_agent
+from flows.tracking import ReportTo, log_update_step, log_update_summary, open_tracker
+from flows.tracking_summary import update_summary
 from futureworld.domain import (
     Agent,
     PolicyVersion,
@@ -65,6 +67,7 @@ from futureworld.validation import GateOptions
 from storage.engine import run_transaction, session_scope
 from storage.repositories.agents import list_policy_versions, register_policy_version
 from storage.repositories.training import (
+    agent_train_steps,
     finish_training_run,
     record_consumption,
     record_train_steps,
@@ -144,10 +147,12 @@ def _run_update(
     kl_version: int = 0,
     status: VersionStatus = VersionStatus.PROMOTED,
     status_reason: str = "",
+    report_to: ReportTo | None = None,
 ) -> tuple[TrainingRun, TrainResult, PolicyVersion]:
     """Trains `parent` (default: `current`, the served version) into the version after the
     agent's newest registered one (a rejected version keeps its number), registered with
-    `status`; a KL penalty anchors to version `kl_version`."""
+    `status`; a KL penalty anchors to version `kl_version`. Its steps and summary go to the
+    database and to the tracker (`report_to`, default the settings' FW_REPORT_TO)."""
     from futureworld.rl.launch import train
 
     engine = ctx.engine
@@ -179,6 +184,11 @@ def _run_update(
     target = ctx.checkpoint_dir(agent, number)
     target.parent.mkdir(parents=True, exist_ok=True)
     _free_target(target)
+    with session_scope(engine) as session:
+        steps_before = agent_train_steps(session, agent.id)
+    tracker = open_tracker(
+        ctx.settings, agent.name, f"v{number}-run{run.id}", run_config, report_to=report_to
+    )
 
     pending: list[TrainStep] = []
 
@@ -195,6 +205,8 @@ def _run_update(
         )
         if len(pending) >= STEP_FLUSH_EVERY:
             flush_steps()
+        # x-axis: the agent's optimiser steps across its updates, so curves continue
+        log_update_step(tracker, steps_before + step, metrics)
 
     if nproc == 1:
         # In this process: its torch threads are the cores it may use. torchrun's ranks set
@@ -214,6 +226,7 @@ def _run_update(
         )
     except BaseException as error:
         flush_steps()
+        tracker.finish(failed=True)
         message = repr(error)[:2000]
         run_transaction(
             engine,
@@ -222,6 +235,9 @@ def _run_update(
         )
         raise
     flush_steps()
+    summary = update_summary(items, config, result)
+    log_update_summary(tracker, number, summary)
+    tracker.finish()
 
     def register(session: Any) -> PolicyVersion:
         # Retried on a transient error: the checkpoint is on disk, only the rows are redone.
@@ -245,6 +261,7 @@ def _run_update(
             status="completed",
             to_version=version.version,
             rollouts_consumed=result.rollouts_used,
+            summary=summary,
         )
         return version
 
@@ -345,6 +362,7 @@ def replay_and_train(
         kl_version=options.kl_reference,
         status=VersionStatus.PROMOTED if gate is None else VersionStatus.CANDIDATE,
         status_reason=GATE_OFF if gate is None else "",
+        report_to=options.report_to,
     )
     verdict = None if gate is None else _gate(ctx, agent.name, version.version, gate)
     return TrainReport(
@@ -438,6 +456,7 @@ def supervised_finetune(
         on_registered=lambda session, run_id: None,
         nproc=options.nproc,
         status_reason=SUPERVISED,
+        report_to=options.report_to,
     )
     return TrainReport(
         training_run_id=run.id,

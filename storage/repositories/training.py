@@ -14,7 +14,7 @@ later is not trainable yet, and one re-resolved later is trained on its earlier 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -228,18 +228,18 @@ def finish_training_run(
     to_version: int | None = None,
     rollouts_consumed: int = 0,
     error: str | None = None,
+    summary: Mapping[str, float] | None = None,
 ) -> None:
-    session.execute(
-        update(TrainingRunRow)
-        .where(TrainingRunRow.id == run_id)
-        .values(
-            status=status,
-            to_version=to_version,
-            rollouts_consumed=rollouts_consumed,
-            error=error,
-            finished_at=utc_now(),
-        )
+    values: dict[str, Any] = dict(
+        status=status,
+        to_version=to_version,
+        rollouts_consumed=rollouts_consumed,
+        error=error,
+        finished_at=utc_now(),
     )
+    if summary is not None:
+        values["summary"] = dict(summary)
+    session.execute(update(TrainingRunRow).where(TrainingRunRow.id == run_id).values(**values))
 
 
 def fail_abandoned_training_runs(session: Session, agent_id: int, *, error: str) -> list[int]:
@@ -270,6 +270,18 @@ def training_run_statuses(session: Session, agent_id: int) -> dict[int, str]:
     return {run_id: status for run_id, status in rows}
 
 
+def agent_train_steps(session: Session, agent_id: int) -> int:
+    """Optimiser steps recorded for the agent's updates, every run counted (a tracker's
+    x-axis continues across updates from here)."""
+    statement = (
+        select(func.count())
+        .select_from(TrainStepRow)
+        .join(TrainingRunRow, TrainingRunRow.id == TrainStepRow.training_run_id)
+        .where(TrainingRunRow.agent_id == agent_id)
+    )
+    return int(session.scalar(statement) or 0)
+
+
 def train_steps(session: Session, run_id: int) -> list[TrainStep]:
     rows = session.scalars(
         select(TrainStepRow)
@@ -297,3 +309,41 @@ def train_steps_by_version(session: Session, agent_id: int) -> dict[int, float]:
         .group_by(TrainingRunRow.to_version)
     ).all()
     return {int(v): float(s) for v, s in rows if s is not None}
+
+
+HEALTH_STEP_METRICS = ("entropy", "clip_fraction", "kl_prox", "grad_norm", "sampler_gap")
+"""Per-step metrics `update_health` averages over each update's optimiser steps."""
+
+
+def update_health(session: Session, agent_id: int) -> dict[int, dict[str, float]]:
+    """Each version an update of the agent produced → that update's health: its stored
+    summary (flows.tracking_summary.update_summary) and, over its optimiser steps, the mean
+    of each of HEALTH_STEP_METRICS it reported (`<name>_mean`) and the largest kl_prox and
+    grad norm (`<name>_max`)."""
+    runs = session.execute(
+        select(TrainingRunRow.id, TrainingRunRow.to_version, TrainingRunRow.summary).where(
+            TrainingRunRow.agent_id == agent_id,
+            TrainingRunRow.to_version.is_not(None),
+            TrainingRunRow.status == "completed",
+        )
+    ).all()
+    version_of = {run_id: int(version) for run_id, version, _ in runs}
+    health = {int(version): dict(summary or {}) for _, version, summary in runs}
+    values: dict[int, dict[str, list[float]]] = {}
+    steps = session.execute(
+        select(TrainStepRow.training_run_id, TrainStepRow.metrics).where(
+            TrainStepRow.training_run_id.in_(list(version_of))
+        )
+    )
+    for run_id, metrics in steps:
+        per_run = values.setdefault(version_of[run_id], {})
+        for name in HEALTH_STEP_METRICS:
+            value = (metrics or {}).get(name)
+            if isinstance(value, int | float):
+                per_run.setdefault(name, []).append(float(value))
+    for version, per_name in values.items():
+        for name, series in per_name.items():
+            health[version][f"{name}_mean"] = sum(series) / len(series)
+            if name in ("kl_prox", "grad_norm"):
+                health[version][f"{name}_max"] = max(series)
+    return health

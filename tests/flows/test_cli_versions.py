@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from sqlalchemy import func, select
 
 from flows.cli import app
 from futureworld.domain import Agent, PolicyVersion, VersionStatus
@@ -19,6 +20,7 @@ from storage.repositories.agents import (
     register_policy_version,
     served_policy_version,
 )
+from storage.tables import TrainingRunRow, TrainStepRow
 
 
 def _run(args: list[str], capfd, monkeypatch, tmp_path: Path) -> tuple[int, str, str]:
@@ -141,3 +143,52 @@ def test_each_mistake_is_one_line_and_exit_2(
     assert len(errors) == 1 and says in errors[0], err
     assert "Traceback" not in out + err
     assert _version(lineage, 1).status is VersionStatus.CANDIDATE
+
+
+def test_train_reports_to_tensorboard_and_versions_prints_the_updates_health(
+    db_url: str, capfd, monkeypatch, tmp_path: Path, scored_tiny_agent
+) -> None:
+    """The path that runs: `train --report-to tensorboard` gates its version, logs every step
+    and its summary as event files, stores the summary with the training run, and
+    `versions` prints that health next to the version."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    scored_tiny_agent(db_url, tmp_path / "data")
+    db = ["--db", db_url]
+    code, out, err = _run(
+        [
+            "train",
+            "--agent",
+            "tiny",
+            "--report-to",
+            "tensorboard",
+            "--set",
+            "learning_rate=1e-4",
+            *db,
+        ],
+        capfd,
+        monkeypatch,
+        tmp_path,
+    )
+    assert code == 0, err
+    assert "v0 → v1" in out and "v1: promoted by the gate (no validation data" in out
+
+    engine = make_engine(db_url)
+    with session_scope(engine) as session:
+        agent_id = get_agent(session, "tiny").id
+        [run] = session.scalars(select(TrainingRunRow).where(TrainingRunRow.agent_id == agent_id))
+        steps = session.scalar(select(func.count()).where(TrainStepRow.training_run_id == run.id))
+    engine.dispose()
+    assert run.summary["groups"] == 3.0 and 0.0 <= run.summary["parse_rate"] <= 1.0
+    assert "identical_answer_group_fraction" in run.summary
+
+    [run_dir] = (tmp_path / "data" / "tracking" / "tensorboard" / "tiny").iterdir()
+    events = event_accumulator.EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == list(range(1, steps + 1))
+    assert events.Scalars("update/groups")[0].value == 3.0
+    assert events.Scalars("update/groups")[0].step == 1  # the version it produced
+
+    code, out, err = _run(["versions", "--agent", "tiny", *db], capfd, monkeypatch, tmp_path)
+    assert code == 0, err
+    assert "update: groups 3, identical answers" in out and "entropy" in out

@@ -376,7 +376,14 @@ def test_a_real_update_logs_every_step_and_its_summary(tmp_path, monkeypatch, on
 def test_update_summary_of_a_hand_computed_update():
     rewards = [[0.0, -1.0, 0.0, -1.0], [-0.25] * 4]
     rollouts = [
-        make_rollout(question_id=q, sample_index=s, reward=r, staleness=2 * q)
+        # Brier on a YES: p = 1 scores 0 and p = 0 scores −1; group 1 answers 0.5 four times
+        make_rollout(
+            question_id=q,
+            sample_index=s,
+            reward=r,
+            staleness=2 * q,
+            p_yes=1.0 + r if q == 0 else 0.5,
+        )
         for q, group in enumerate(rewards)
         for s, r in enumerate(group)
     ]
@@ -407,6 +414,9 @@ def test_update_summary_of_a_hand_computed_update():
             "reward_std": 0.375,
             "group_reward_std_mean": 0.25,
             "identical_group_fraction": 0.5,
+            "identical_answer_group_fraction": 0.5,
+            "parse_rate": 1.0,
+            "answer_tokens_mean": 4.0,
             "staleness_mean": 1.0,
             "staleness_max": 2.0,
             "advantage_std": 0.125**0.5,

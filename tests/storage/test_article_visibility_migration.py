@@ -71,7 +71,7 @@ def _check(url: str) -> None:
                 ],
             )
         upgrade_database(engine)
-        assert current_revision(engine) == "0008"
+        assert current_revision(engine) == "0009"
         with engine.connect() as connection:
             rows = connection.execute(
                 sa.select(
@@ -94,7 +94,7 @@ def _check(url: str) -> None:
         columns = {c["name"] for c in inspect(engine).get_columns("article")}
         assert "visible_at" not in columns
         upgrade_database(engine)
-        assert current_revision(engine) == "0008"
+        assert current_revision(engine) == "0009"
     finally:
         engine.dispose()
 

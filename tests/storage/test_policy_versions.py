@@ -148,7 +148,7 @@ def _migrate(url: str) -> None:
                 ],
             )
         upgrade_database(engine)
-        assert current_revision(engine) == "0008"
+        assert current_revision(engine) == "0009"
         with session_scope(engine) as session:
             versions = list_policy_versions(session, agent_id)
             assert [(v.version, v.status, v.status_reason) for v in versions] == [

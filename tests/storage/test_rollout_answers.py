@@ -133,7 +133,7 @@ def test_migration_0005_gives_earlier_rollouts_an_empty_vector(tmp_path, postgre
             with engine.begin() as connection:  # a rollout as revision 0004 stored it
                 connection.execute(insert(RolloutRow.__table__).values(values))
             upgrade_database(engine)
-            assert current_revision(engine) == "0008"
+            assert current_revision(engine) == "0009"
             with session_scope(engine) as session:
                 [stored] = load_trajectories(session, list(session.scalars(select(RolloutRow.id))))
                 assert stored.p_yes == 0.4 and stored.probabilities == ()

@@ -59,7 +59,7 @@ def test_migrations_run_from_empty(tmp_path, postgres_url: str) -> None:
         engine = make_engine(url)
         upgrade_database(engine)
         upgrade_database(engine)  # idempotent
-        assert current_revision(engine) == "0008"
+        assert current_revision(engine) == "0009"
         names = set(inspect(engine).get_table_names())
         assert {
             "question",
