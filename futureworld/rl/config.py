@@ -160,6 +160,11 @@ class TrainConfig:
     one update cannot run away from the policy that sampled its data. None never stops."""
     kl_coef: float = 0.0
     """Weight of the k3 KL estimate to the reference policy (the un-updated base); 0 = off."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: every objective's loss subtracts entropy_coef · H_t, the entropy of π_θ
+    at each kept generated token, averaged as the loss's other terms are (per token under
+    token_mean); it pushes back against the entropy collapse of RL fine-tuning. 0 = off: the
+    entropy is then a metric only, computed without its gradient (and without its memory)."""
     info_gain_lambda: float = 0.5
     """λ of `forecast_info_gain`: weight of the per-turn potential-based credit."""
     temperature: float | None = None
@@ -243,10 +248,10 @@ class TrainConfig:
             raise ValueError(
                 f"TrainConfig.kl_cov_fraction must be in (0, 1], got {self.kl_cov_fraction}"
             )
-        if not (self.kl_cov_coef >= 0 and math.isfinite(self.kl_cov_coef)):
-            raise ValueError(
-                f"TrainConfig.kl_cov_coef must be a finite number >= 0, got {self.kl_cov_coef}"
-            )
+        for name in ("kl_cov_coef", "entropy_coef"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"TrainConfig.{name} must be a finite number >= 0, got {value}")
         if (
             self.policy_loss is PolicyLoss.GSPO
             and self.loss_aggregation is not LossAggregation.SEQUENCE_MEAN

@@ -5,12 +5,16 @@ into a block-diagonal causal mask, so attention never crosses rollouts and no to
 padding) or, when that forwards fewer positions, as the rollouts' shared prefix once plus a
 padded batch of their remainders (a group's G rollouts share their whole prompt, and with
 short answers the prompt is most of every sequence), and projects to the vocabulary only at
-generated positions, in chunks.
+generated positions, in chunks. The entropy it returns carries a gradient only inside
+`entropy_gradient(True)` (an entropy bonus in the loss); otherwise it is a metric, computed
+without one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor, nn
@@ -18,6 +22,23 @@ from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from futureworld.rl.batch import PackedRow
+
+_ENTROPY_GRADIENT: ContextVar[bool] = ContextVar("entropy_gradient", default=False)
+
+
+@contextmanager
+def entropy_gradient(enabled: bool) -> Iterator[None]:
+    """Within it, `token_logprobs` returns the entropy with its gradient (when autograd is on).
+
+    A context rather than an argument so that every forward path (the local one and the DDP
+    module around it) honours it unchanged. Off, the entropy is a detached metric: its graph
+    would hold a (generated tokens × vocabulary) tensor alive until the next micro-batch.
+    """
+    token = _ENTROPY_GRADIENT.set(enabled)
+    try:
+        yield
+    finally:
+        _ENTROPY_GRADIENT.reset(token)
 
 
 def _backbone_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -27,32 +48,43 @@ def _backbone_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
 
 
 def _chunk_logprobs(
-    hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float
+    hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float, entropy_grad: bool
 ) -> tuple[Tensor, Tensor]:
     """(N, H) hidden states, (N,) targets → log π(target), entropy; both (N,).
 
     The vocabulary projection runs in fp32 even under bf16 autocast: bf16 logits carry
     ~3 significant digits, enough noise in log π to swamp the π_θ/π_prox ratios near 1.
+    `entropy_grad` is an argument, not read from the context here, so that activation
+    checkpointing recomputes the same graph in backward.
     """
     with torch.autocast(hidden.device.type, enabled=False):
         logits = head(hidden.float())
     logp_all = (logits.float() / temperature).log_softmax(-1)
     logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
-    with torch.no_grad():
+    with torch.enable_grad() if entropy_grad else torch.no_grad():
         entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
 
 
 def token_logprobs(
-    model: nn.Module, row: PackedRow, temperature: float, chunk_tokens: int
+    model: nn.Module,
+    row: PackedRow,
+    temperature: float,
+    chunk_tokens: int,
+    *,
+    entropy_grad: bool | None = None,
 ) -> tuple[Tensor, Tensor]:
     """log π(target) at temperature T (logits / T) and the entropy of π; both (1, L).
 
     Only generated positions are projected to the vocabulary, `chunk_tokens` at a time.
     Under autograd with more than one chunk each chunk is recomputed in backward
     (activation checkpointing), so at most chunk_tokens × V logits exist at once.
-    Non-generated positions hold 0.
+    Non-generated positions hold 0. The entropy has a gradient when `entropy_grad` (None:
+    inside `entropy_gradient(True)`) and autograd is on; else it is detached.
     """
+    if entropy_grad is None:
+        entropy_grad = _ENTROPY_GRADIENT.get()
+    entropy_grad = entropy_grad and torch.is_grad_enabled()
     backbone, head = _backbone_and_head(model)
     hidden, index = _hidden_states(backbone, row)
     positions = row.mask[0].nonzero().squeeze(-1)
@@ -66,6 +98,7 @@ def token_logprobs(
             targets[start : start + chunk_tokens],
             head,
             temperature,
+            entropy_grad,
         )
         lp, ent = (
             checkpoint(_chunk_logprobs, *part, use_reentrant=False)
@@ -79,7 +112,8 @@ def token_logprobs(
     if not logps:
         return zeros[None], zeros[None].detach()
     logp = zeros.index_put((positions,), torch.cat(logps))
-    entropy = zeros.detach().index_put((positions,), torch.cat(entropies).detach())
+    entropy = torch.cat(entropies)
+    entropy = zeros.index_put((positions,), entropy if entropy_grad else entropy.detach())
     return logp[None], entropy[None]
 
 

@@ -1,8 +1,9 @@
 """What every policy loss takes and returns, and the terms the decoupled surrogates share.
 
 Owns `LossInputs`, `LossOutput`, the keep mask (rejection, M2PO), the truncated behaviour
-weight, the k3 penalty to the reference, the rollouts of a packed row and the off-policy
-statistics. The surrogates themselves live in `losses` (PPO-clip, SFT) and `policy_losses`.
+weight, the k3 penalty to the reference, the entropy bonus, the rollouts of a packed row and
+the off-policy statistics. The surrogates themselves live in `losses` (PPO-clip, SFT) and
+`policy_losses`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class LossInputs:
     logp_ref: Tensor | None = None
     """log π_ref for the k3 KL penalty; None disables it."""
     entropy: Tensor | None = None
-    """Per-token entropy of π_θ (detached), for the metrics."""
+    """Per-token entropy of π_θ: for the metrics, and with its gradient for the entropy bonus
+    when `entropy_coef` > 0 (forward.entropy_gradient)."""
     normalizer: float | None = None
     """N of the whole optimiser step (`step_normalizer`); None → this micro-batch's
     loss-mask token count."""
@@ -112,6 +114,26 @@ def reference_k3(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> Tenso
     return torch.exp(delta) - delta - 1
 
 
+def entropy_bonus(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> Tensor | None:
+    """H_t, (B, T), the entropy of π_θ at each token, which the losses weigh by −entropy_coef;
+    None when the bonus is off (`entropy_coef` = 0: the loss is then left bit-identical).
+
+    Refuses an entropy without a gradient while π_θ has one: the bonus would be a constant
+    and silently do nothing (the forward computes it with a gradient only inside
+    `forward.entropy_gradient(True)`).
+    """
+    if config.entropy_coef <= 0:
+        return None
+    if inputs.entropy is None:
+        raise ValueError("TrainConfig.entropy_coef > 0 needs LossInputs.entropy")
+    if logp.requires_grad and not inputs.entropy.requires_grad:
+        raise ValueError(
+            "TrainConfig.entropy_coef > 0 needs the entropy with its gradient: compute the "
+            "forward inside futureworld.rl.forward.entropy_gradient(True)"
+        )
+    return inputs.entropy
+
+
 def normalizer(inputs: LossInputs) -> float:
     """N: the step's, else this micro-batch's loss-mask token count."""
     return inputs.normalizer if inputs.normalizer is not None else float(inputs.mask.sum())
@@ -124,16 +146,20 @@ def kept_mean(per_token: Tensor, keep: Tensor, inputs: LossInputs) -> Tensor:
 
 
 def off_policy_sums(inputs: LossInputs, keep: Tensor) -> dict[str, float]:
-    """KL(μ‖π_prox) by the k3 estimator and χ² = E_μ[(π_prox/μ)²] − 1, over generated tokens."""
+    """Sums over generated tokens of: KL(μ‖π_prox) by the k3 estimator, χ² = E_μ[(π_prox/μ)²]
+    − 1, the sampler gap |log μ − log π_prox| (the stored behaviour log-probs against the
+    trainer's own at the start of the update: sampler/trainer numerics plus staleness) and the
+    entropy of π_θ; and the generated and kept token counts."""
     mask = inputs.mask.bool()
-    log_ratio = (inputs.logp_prox - inputs.logp_behaviour).detach()[mask].double()
-    log_ratio = log_ratio.clamp(max=_LOG_RATIO_METRIC_CAP)
+    raw = (inputs.logp_prox - inputs.logp_behaviour).detach()[mask].double()
+    log_ratio = raw.clamp(max=_LOG_RATIO_METRIC_CAP)
     ratio = log_ratio.exp()
     return {
         "mask_tokens": float(mask.sum()),
         "kept_tokens": float(keep.sum()),
         "kl_behaviour": float((ratio - 1 - log_ratio).sum()),
         "chi2": float((ratio**2 - 1).sum()),
+        "sampler_gap": float(raw.abs().sum()),
         "entropy": 0.0 if inputs.entropy is None else float(inputs.entropy.detach()[mask].sum()),
     }
 

@@ -21,6 +21,7 @@ from futureworld.rl.loss_terms import (
     LossInputs,
     LossOutput,
     behaviour_weight,
+    entropy_bonus,
     kept_tokens,
     normalizer,
     off_policy_mask,
@@ -37,6 +38,7 @@ def decoupled_ppo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) ->
     Shapes: every tensor (B, T). With r_t = π_θ/π_prox and w_t = stopgrad(min(π_prox/μ, C)):
         ℓ_t = −w_t · min(r_t A_t, clip(r_t, 1 − ε_low, 1 + ε_high) A_t)
               [+ kl_coef · k3_t,  k3_t = e^{log π_ref − log π_θ} − (log π_ref − log π_θ) − 1]
+              [− entropy_coef · H_t,  H_t = −Σ_v π_θ(v) log π_θ(v), the entropy bonus]
         loss = Σ_{t ∈ kept} ℓ_t / N,  N from `step_normalizer` (by default the loss-mask
         token count of the optimiser step, counted before rejection and M2PO).
     ε_low = `clip_low` (0.2), ε_high = `clip_high` (0.28): the asymmetric clip-higher of DAPO
@@ -54,6 +56,9 @@ def decoupled_ppo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) ->
     k3 = reference_k3(logp, inputs, config)
     if k3 is not None:
         per_token = per_token + config.kl_coef * k3
+    entropy = entropy_bonus(logp, inputs, config)
+    if entropy is not None:
+        per_token = per_token - config.entropy_coef * entropy
     r = ratio.detach()
     return policy_output(
         per_token,
@@ -66,12 +71,18 @@ def decoupled_ppo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) ->
 
 
 def sft_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOutput:
-    """Supervised fine-tuning: loss = −Σ_t A_t log π_θ(t) / N over kept tokens, (B, T) inputs.
+    """Supervised fine-tuning: loss = −Σ_t (A_t log π_θ(t) [+ entropy_coef · H_t]) / N over
+    kept tokens, (B, T) inputs.
 
-    With the `sft` estimator A_t = 1 on generated tokens, so this is −mean log π over them.
+    With the `sft` estimator A_t = 1 on generated tokens, so this is −mean log π over them
+    (less the entropy bonus when `entropy_coef` > 0).
     """
     keep = (inputs.keep if inputs.keep is not None else inputs.mask).bool()
-    loss = -torch.where(keep, logp * inputs.advantages, 0.0).sum() / max(normalizer(inputs), 1.0)
+    per_token = logp * inputs.advantages
+    entropy = entropy_bonus(logp, inputs, config)
+    if entropy is not None:
+        per_token = per_token + config.entropy_coef * entropy
+    loss = -torch.where(keep, per_token, 0.0).sum() / max(normalizer(inputs), 1.0)
     with torch.no_grad():
         sums = off_policy_sums(inputs, keep)
         sums.update(clip_low=0.0, clip_high=0.0, kl_ref=0.0)
@@ -86,7 +97,9 @@ def sft_keep_mask(
 
 
 def summarize_metrics(sums: Mapping[str, float]) -> dict[str, float]:
-    """Means from summed statistics: per kept token for the loss terms, per generated token else."""
+    """Means from summed statistics: per kept token for the loss terms (clip fractions, k3 to
+    the reference), per generated token else (KL and χ² to μ, the sampler gap mean
+    |log μ − log π_prox|, the entropy of π_θ, the rejected fraction)."""
     mask_n = max(sums.get("mask_tokens", 0.0), 1.0)
     kept_n = max(sums.get("kept_tokens", 0.0), 1.0)
     return {
@@ -95,6 +108,7 @@ def summarize_metrics(sums: Mapping[str, float]) -> dict[str, float]:
         "clip_fraction": (sums.get("clip_low", 0.0) + sums.get("clip_high", 0.0)) / kept_n,
         "kl_behaviour": sums.get("kl_behaviour", 0.0) / mask_n,
         "chi2": sums.get("chi2", 0.0) / mask_n,
+        "sampler_gap": sums.get("sampler_gap", 0.0) / mask_n,
         "rejected_fraction": 1.0 - sums.get("kept_tokens", 0.0) / mask_n,
         "entropy": sums.get("entropy", 0.0) / mask_n,
         "kl_ref": sums.get("kl_ref", 0.0) / kept_n,

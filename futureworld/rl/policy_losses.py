@@ -2,7 +2,8 @@
 
 Pure tensor functions with `decoupled_ppo_loss`'s signature, registered beside it in
 `losses.POLICY_LOSSES`. Each keeps the shared terms (`loss_terms`): the keep mask, the truncated
-behaviour weight for μ ≠ π_prox, the k3 penalty to the reference and the step normaliser N.
+behaviour weight for μ ≠ π_prox, the k3 penalty to the reference, the entropy bonus and the
+step normaliser N.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from futureworld.rl.loss_terms import (
     LossInputs,
     LossOutput,
     behaviour_weight,
+    entropy_bonus,
     kept_tokens,
     policy_output,
     reference_k3,
@@ -27,7 +29,7 @@ def cispo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOut
 
     Shapes: every tensor (B, T). With r_t = π_θ/π_prox and w_t = stopgrad(min(π_prox/μ, C)):
         r̂_t = clip(r_t, 1 − ε_low^IS, 1 + ε_high^IS)
-        ℓ_t = −w_t · sg(r̂_t) · A_t · log π_θ(t)   [+ kl_coef · k3_t]
+        ℓ_t = −w_t · sg(r̂_t) · A_t · log π_θ(t)   [+ kl_coef · k3_t] [− entropy_coef · H_t]
         loss = Σ_{t ∈ kept} ℓ_t / N
     so ∇ℓ_t = −w_t r̂_t A_t ∇log π_θ(t): the IS weight is clipped, not the update, and a token
     whose ratio left the trust region keeps its gradient (PPO-clip zeroes it). The paper's
@@ -43,6 +45,9 @@ def cispo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOut
     k3 = reference_k3(logp, inputs, config)
     if k3 is not None:
         per_token = per_token + config.kl_coef * k3
+    entropy = entropy_bonus(logp, inputs, config)
+    if entropy is not None:
+        per_token = per_token - config.entropy_coef * entropy
     return policy_output(
         per_token, keep, inputs, k3=k3, clipped_low=ratio < low, clipped_high=ratio > high
     )
@@ -66,7 +71,7 @@ def gspo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOutp
         s_it = sg(s_i) · π_θ(t) / sg(π_θ(t))                          value s_i, ∇ = s_i ∇log π_θ(t)
         w_i  = sg(min(exp((1/|K_i|) Σ_{t ∈ K_i} log(π_prox/μ)), C))   sequence behaviour weight
         ℓ_t  = −(w_i / |y_i|) · min(s_it A_t, clip(s_it, 1 − ε_low, 1 + ε_high) A_t)
-               [+ kl_coef · k3_t / |y_i|]
+               [+ kl_coef · k3_t / |y_i|] [− entropy_coef · H_t / |y_i|]
         loss = Σ_{t ∈ kept} ℓ_t / N,  N = rollouts of the step (`sequence_mean`)
     With A constant over a rollout and nothing rejected this is the paper's objective,
     (1/R) Σ_i −w_i · min(s_i A_i, clip(s_i, 1 − ε_low, 1 + ε_high) A_i): one ratio and one clip
@@ -95,6 +100,9 @@ def gspo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOutp
     k3 = reference_k3(logp, inputs, config)
     if k3 is not None:
         per_token = per_token + config.kl_coef * scale * k3
+    entropy = entropy_bonus(logp, inputs, config)
+    if entropy is not None:
+        per_token = per_token - config.entropy_coef * scale * entropy
     s = ratio.detach()
     return policy_output(
         per_token,
@@ -114,7 +122,8 @@ def kl_cov_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOu
     w_t = stopgrad(min(π_prox/μ, C)):
         Cov_t = (log π_θ(t) − mean_K log π_θ) · (A_t − mean_K A)     centred product, detached
         I     = the max(1, ⌊k · |K|⌋) tokens of K with the largest Cov_t
-        ℓ_t   = w_t · (−r_t A_t + 1[t ∈ I] · β · |log π_θ(t) − log π_prox(t)|)   [+ kl_coef · k3_t]
+        ℓ_t   = w_t · (−r_t A_t + 1[t ∈ I] · β · |log π_θ(t) − log π_prox(t)|)
+                [+ kl_coef · k3_t] [− entropy_coef · H_t]
         loss  = Σ_{t ∈ K} ℓ_t / N
     No ratio clip: the trust region is a penalty on the few tokens whose log-probability and
     advantage move together most, the covariance that drives entropy down. The paper's
@@ -142,6 +151,9 @@ def kl_cov_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOu
     k3 = reference_k3(logp, inputs, config)
     if k3 is not None:
         per_token = per_token + config.kl_coef * k3
+    entropy = entropy_bonus(logp, inputs, config)
+    if entropy is not None:
+        per_token = per_token - config.entropy_coef * entropy
     unclipped = torch.zeros_like(keep)
     return policy_output(
         per_token, keep, inputs, k3=k3, clipped_low=unclipped, clipped_high=unclipped

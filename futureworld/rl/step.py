@@ -19,7 +19,7 @@ from torch import nn
 
 from futureworld.rl.batch import PackedRow
 from futureworld.rl.config import TrainConfig
-from futureworld.rl.forward import forwarded_positions, token_logprobs
+from futureworld.rl.forward import entropy_gradient, forwarded_positions, token_logprobs
 from futureworld.rl.losses import OBJECTIVES, LossInputs, step_normalizer, summarize_metrics
 from futureworld.rl.parallel import StepForward, padding_row
 
@@ -120,7 +120,9 @@ def train_step(
     for i, (row, row_keep, weight) in enumerate(work):
         # DDP averages over ranks; scaling by N makes the reduced gradient the ranks' sum
         with forward.no_sync() if i < len(work) - 1 else nullcontext():
-            with autocast_context(config, row.input_ids.device):
+            # the entropy bonus needs the entropy's gradient; the metric alone does not
+            bonus = entropy_gradient(config.entropy_coef > 0)
+            with autocast_context(config, row.input_ids.device), bonus:
                 logp, entropy = forward.logprobs(row)
             inputs = LossInputs(
                 logp_prox=row.logp_prox,
@@ -173,6 +175,6 @@ def train_step(
     )
 
 
-_SUM_KEYS = ("mask_tokens", "kept_tokens", "kl_behaviour", "chi2", "entropy")
+_SUM_KEYS = ("mask_tokens", "kept_tokens", "kl_behaviour", "chi2", "sampler_gap", "entropy")
 _SUM_KEYS += ("clip_low", "clip_high", "kl_ref")
 """The additive statistics every objective reports; summed over ranks in one all-reduce."""

@@ -49,6 +49,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "m2po_tau": ("0.05", "0.05"),
     "max_kl_prox": ("0.02", "0.02"),
     "kl_coef": ("0.1", "0.1"),
+    "entropy_coef": ("0.01", "0.01"),
     "info_gain_lambda": ("0.25", "0.25"),
     "temperature": ("0.7", "0.7"),
     "lora_rank": ("8", "8"),

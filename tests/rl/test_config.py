@@ -36,6 +36,9 @@ from futureworld.rl.config import Estimator, LossAggregation, Objective, PolicyL
         ("kl_cov_fraction", 1.5),
         ("kl_cov_coef", -1.0),
         ("kl_cov_coef", math.inf),
+        ("entropy_coef", -0.01),
+        ("entropy_coef", math.inf),
+        ("entropy_coef", math.nan),
     ],
 )
 def test_invalid_values_name_the_field(field, value):
@@ -57,6 +60,7 @@ def test_defaults_follow_the_architecture():
     config = TrainConfig()
     assert config.estimator is Estimator.DR_GRPO and config.objective is Objective.DECOUPLED_PPO
     assert (config.clip_low, config.clip_high, config.is_cap, config.kl_coef) == (0.2, 0.28, 2.0, 0)
+    assert config.entropy_coef == 0  # no entropy bonus unless asked for
     assert TrainConfig(estimator="sft").objective is Objective.SFT
     assert config.loss_aggregation is LossAggregation.TOKEN_MEAN
     assert config.temperature is None  # read from the rollouts

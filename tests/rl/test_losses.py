@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -281,3 +282,34 @@ def test_decoupled_ppo_matches_a_python_loop_reference():
             count += 1
     assert 0 < count < int(mask.sum())
     assert float(out.loss) == pytest.approx(total / int(mask.sum()), rel=1e-9)
+
+
+def test_sampler_gap_is_the_mean_absolute_log_ratio_over_generated_tokens():
+    # |log μ − log π_prox| = 0.5, 1.0, ln 20 (rejected, still a generated token), masked, 0
+    inputs = _inputs(
+        prox=[-1.0, -2.0, -1.0, -0.5, -0.7],
+        mu=[-1.5, -1.0, -1.0 - math.log(20), -3.0, -0.7],
+        adv=[1.0, 1.0, 1.0, 1.0, 1.0],
+        mask=[True, True, True, False, True],
+        entropy=torch.tensor([[0.3, 0.6, 0.9, 5.0, 1.2]], dtype=torch.float64),
+    )
+    logp = torch.tensor([[-1.0, -2.0, -1.0, -0.5, -0.7]], dtype=torch.float64)
+    for objective in OBJECTIVES.values():
+        out = objective.loss(logp, inputs, CONFIG)
+        metrics = summarize_metrics(out.sums)
+        assert out.sums["sampler_gap"] == pytest.approx(0.5 + 1.0 + math.log(20))
+        assert metrics["sampler_gap"] == pytest.approx((1.5 + math.log(20)) / 4)
+        # every step also reports the clip fraction and the entropy per generated token
+        assert metrics["entropy"] == pytest.approx((0.3 + 0.6 + 0.9 + 1.2) / 4)
+        assert "clip_fraction" in metrics
+    ppo = summarize_metrics(decoupled_ppo_loss(logp, inputs, CONFIG).sums)
+    assert (ppo["clip_fraction"], ppo["rejected_fraction"]) == (0.0, 0.25)
+
+
+def test_summed_sampler_gaps_of_micro_batches_average_over_all_their_tokens():
+    a = _inputs(prox=[-1.0, -1.0], mu=[-1.2, -0.4], adv=[0.0, 0.0], mask=[True, True])
+    b = _inputs(prox=[-2.0], mu=[-2.0], adv=[0.0], mask=[True])
+    sums = Counter()
+    for inputs in (a, b):
+        sums.update(decoupled_ppo_loss(inputs.logp_prox, inputs, CONFIG).sums)
+    assert summarize_metrics(sums)["sampler_gap"] == pytest.approx((0.2 + 0.6 + 0.0) / 3)

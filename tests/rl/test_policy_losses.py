@@ -4,12 +4,16 @@ segments of a packed row, and the surrogates reached through the config by a rea
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from futureworld.rl.batch import pack_trajectories
 from futureworld.rl.config import Objective, PolicyLoss, TrainConfig
+from futureworld.rl.forward import entropy_gradient, token_logprobs
 from futureworld.rl.loss_terms import rollout_segments
 from futureworld.rl.losses import OBJECTIVES, POLICY_LOSSES, LossInputs, summarize_metrics
 from futureworld.rl.policy_losses import cispo_loss, gspo_loss, kl_cov_loss
@@ -289,6 +293,7 @@ def test_the_decoupled_objective_runs_the_configured_policy_loss(policy_loss):
         "kept_tokens",
         "kl_behaviour",
         "chi2",
+        "sampler_gap",
         "entropy",
         "clip_low",
         "clip_high",
@@ -333,3 +338,184 @@ def test_an_update_trains_with_the_policy_loss_its_config_names(
     # the second epoch's ratios are off 1, where the surrogates differ from PPO-clip's
     assert seen[1]["kl_prox"] > 0
     assert seen[1]["loss"] != pytest.approx(ppo[1]["loss"])
+
+
+# --- the entropy bonus -----------------------------------------------------------------------
+
+OBJECTIVE_CONFIGS = {
+    "ppo_clip": TrainConfig(),
+    "cispo": TrainConfig(policy_loss="cispo"),
+    "gspo": GSPO,
+    "kl_cov": TrainConfig(policy_loss="kl_cov"),
+    "sft": TrainConfig(estimator="sft"),
+}
+
+
+def _entropy_case(seed: int):
+    prox, mu, logp, adv, mask = _random_case(seed)
+    entropy = torch.rand(
+        prox.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
+    position_ids = torch.arange(12).repeat(2, 1) % 6  # four rollouts of six tokens
+    return prox, mu, logp, adv, mask, entropy * 3, position_ids
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVE_CONFIGS))
+def test_the_entropy_bonus_subtracts_coef_times_the_entropy_of_each_kept_token(name):
+    config = OBJECTIVE_CONFIGS[name]
+    prox, mu, logp, adv, mask, entropy, position_ids = _entropy_case(6)
+    objective = OBJECTIVES[config.objective]
+    keep = objective.keep_mask(prox, mu, mask, config)
+    assert 0 < int(keep.sum()) < int(mask.sum()) or config.objective is Objective.SFT
+
+    def run(coef: float):
+        lp = logp.clone().requires_grad_()
+        h = entropy.clone().requires_grad_()
+        inputs = LossInputs(
+            prox, mu, adv, mask, entropy=h, normalizer=7.0, position_ids=position_ids
+        )
+        out = objective.loss(lp, inputs, replace(config, entropy_coef=coef))
+        out.loss.backward()
+        return out.loss.item(), lp.grad, h.grad
+
+    base, base_grad, no_grad = run(0.0)
+    assert no_grad is None  # off: the entropy is not part of the loss at all
+    loss, grad, entropy_grad = run(0.05)
+    # Hand computation: Σ_{t kept} s_t H_t / N, s_t = 1, or 1/|y_i| for GSPO's per-rollout terms
+    bonus, want = 0.0, torch.zeros_like(entropy)
+    for b in range(2):
+        for t in range(12):
+            if not keep[b, t]:
+                continue
+            rollout = slice(t - t % 6, t - t % 6 + 6)
+            scale = 1 / int(mask[b, rollout].sum()) if name == "gspo" else 1.0
+            bonus += scale * float(entropy[b, t])
+            want[b, t] = -0.05 * scale / 7.0
+    assert loss == pytest.approx(base - 0.05 * bonus / 7.0, rel=1e-12)
+    torch.testing.assert_close(entropy_grad, want, rtol=1e-12, atol=0)
+    torch.testing.assert_close(grad, base_grad, rtol=0, atol=0)  # log π's own terms unchanged
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVE_CONFIGS))
+def test_entropy_coef_zero_leaves_every_objective_bit_identical(name):
+    config = OBJECTIVE_CONFIGS[name]
+    prox, mu, logp, adv, mask, entropy, position_ids = _entropy_case(8)
+    outs = []
+    for h in (None, entropy.clone().requires_grad_()):
+        lp = logp.clone().requires_grad_()
+        inputs = LossInputs(
+            prox, mu, adv, mask, entropy=h, normalizer=9.0, position_ids=position_ids
+        )
+        out = OBJECTIVES[config.objective].loss(lp, inputs, config)
+        out.loss.backward()
+        outs.append((out.loss.detach(), lp.grad))
+    (loss_a, grad_a), (loss_b, grad_b) = outs
+    assert torch.equal(loss_a, loss_b) and torch.equal(grad_a, grad_b)
+
+
+def test_the_entropy_bonus_refuses_an_entropy_without_its_gradient():
+    prox, mu, logp, adv, mask, entropy, _ = _entropy_case(2)
+    config = TrainConfig(entropy_coef=0.1)
+    lp = logp.clone().requires_grad_()
+    with pytest.raises(ValueError, match="entropy_gradient"):
+        OBJECTIVES[config.objective].loss(
+            lp, LossInputs(prox, mu, adv, mask, entropy=entropy), config
+        )
+    with pytest.raises(ValueError, match=r"needs LossInputs\.entropy"):
+        OBJECTIVES[config.objective].loss(lp, LossInputs(prox, mu, adv, mask), config)
+
+
+@pytest.mark.parametrize("chunk", [3, 1024])
+def test_the_forward_gives_the_entropy_its_gradient_only_when_asked(tiny_model_dir, chunk):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    trajectories = [
+        make_rollout(
+            sample_index=i, prompt=(1, 2, 3 + i), completion=(4, 9, 6, 7, 11), mask=(1, 1, 0, 1, 1)
+        ).trajectory
+        for i in range(2)
+    ]
+    (row,) = pack_trajectories(trajectories, [np.zeros(5, dtype=np.float32)] * 2, 64)
+    _, detached = token_logprobs(model, row, 0.8, chunk)
+    assert not detached.requires_grad
+    with entropy_gradient(True):
+        _, entropy = token_logprobs(model, row, 0.8, chunk)
+    model.zero_grad()
+    entropy.sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    torch.testing.assert_close(entropy.detach(), detached, rtol=0, atol=0)
+    # Reference: the entropy of each rollout's tempered next-token distributions, by a plain
+    # forward of the rollout alone, summed over its generated tokens.
+    model.zero_grad()
+    for t in trajectories:
+        ids = torch.tensor([list(t.prompt_token_ids) + list(t.completion_token_ids)])
+        logp_all = (model(input_ids=ids).logits[0].float() / 0.8).log_softmax(-1)
+        at = [len(t.prompt_token_ids) - 1 + c for c, m in enumerate(t.loss_mask) if m]
+        (-(logp_all[at].exp() * logp_all[at]).sum()).backward()
+    assert grads  # the head and the body both get gradient from the entropy
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_an_update_with_only_the_entropy_bonus_raises_the_entropy(tiny_model_dir, tmp_path):
+    # Equal rewards: every advantage is 0, so the bonus is the whole loss, −coef · mean H.
+    samples = sample_rollouts(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        [(1, 2, 3)],
+        samples=4,
+        completion_tokens=4,
+        generator=torch.Generator().manual_seed(1),
+    )
+    rollouts = [
+        make_rollout(sample_index=i, prompt=p, completion=c, logprobs=lp, reward=-0.25)
+        for i, (p, c, lp) in enumerate(samples)
+    ]
+
+    def steps(coef: float) -> list[dict[str, float]]:
+        config = TrainConfig(entropy_coef=coef, learning_rate=1e-3, ppo_epochs=3, precision="fp32")
+        seen: list[dict[str, float]] = []
+        train_policy(
+            tiny_model_dir,
+            rollouts,
+            config,
+            tmp_path / str(coef),
+            on_step=lambda s, m: seen.append(m),
+        )
+        return seen
+
+    without, with_bonus = steps(0.0), steps(1.0)
+    assert all(m["grad_norm"] == 0 for m in without)  # nothing to learn without the bonus
+    assert with_bonus[0]["loss"] == pytest.approx(-with_bonus[0]["entropy"], rel=1e-5)
+    assert with_bonus[0]["entropy"] == pytest.approx(without[0]["entropy"], rel=1e-6)
+    # each step starts from the weights the last one left: the entropy rises step by step
+    # (4.1532, 4.1550, 4.1562 here, toward the uniform ln 64 = 4.1589), and stays put without
+    assert with_bonus[2]["entropy"] > with_bonus[1]["entropy"] > with_bonus[0]["entropy"]
+    assert without[2]["entropy"] == without[0]["entropy"]
+    # sampled by the same weights: only numerics separate the sampler from the trainer
+    assert all(0 <= m["sampler_gap"] < 1e-5 for m in without[:1])
+
+
+def test_every_step_reports_the_sampler_gap_against_the_stored_log_probs(tiny_model_dir, tmp_path):
+    # Stored log μ = −1 on every generated token (not what the model gives): the first step's
+    # π_prox is the initial model, so the gap is the mean |−1 − log π_prox| over those tokens.
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    rollouts = [
+        make_rollout(
+            sample_index=i, prompt=(1, 2, 3), completion=(5 + i, 9, 2 * i + 1), reward=-0.1 * i
+        )
+        for i in range(3)
+    ]
+    gaps = []
+    with torch.no_grad():
+        for r in rollouts:
+            t = r.trajectory
+            ids = torch.tensor([list(t.prompt_token_ids) + list(t.completion_token_ids)])
+            logp_all = model(input_ids=ids).logits[0].float().log_softmax(-1)
+            for c, token in enumerate(t.completion_token_ids):
+                gaps.append(abs(-1.0 - float(logp_all[len(t.prompt_token_ids) - 1 + c, token])))
+    seen: list[dict[str, float]] = []
+    config = TrainConfig(learning_rate=1e-3, precision="fp32")
+    train_policy(
+        tiny_model_dir, rollouts, config, tmp_path / "out", on_step=lambda s, m: seen.append(m)
+    )
+    assert seen and all("sampler_gap" in m for m in seen)
+    assert seen[0]["sampler_gap"] == pytest.approx(sum(gaps) / len(gaps), rel=1e-5)
