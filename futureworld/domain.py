@@ -351,11 +351,14 @@ class BackendKind(StrEnum):
     """A vLLM OpenAI-compatible server over HTTP (infra/vllm)."""
     BASELINE = "baseline"
     """A reference forecaster without a model: crowd, base rate, uniform."""
+    EXTERNAL = "external"
+    """An outside forecaster's forecasts, read from a file (`futureworld import forecasts`):
+    read-only, scored beside the others; nothing here forecasts or trains for it."""
 
     @property
     def generates(self) -> bool:
         """Whether the kind samples tokens from a policy (and can be trained)."""
-        return self is not BackendKind.BASELINE
+        return self not in (BackendKind.BASELINE, BackendKind.EXTERNAL)
 
 
 @dataclass(frozen=True, kw_only=True)
