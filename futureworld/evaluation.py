@@ -3,20 +3,21 @@
 The unit is the question: an agent's forecast of a question is the mean of its G rollouts'
 probabilities, an unparsed rollout counting as IMPUTED_P (ForecastBench imputes 0.5 for a
 missing forecast), so n, the bootstrap and every metric are over questions, and an agent whose
-answers do not parse is scored, not dropped. Each row also gives the parse rate and the
-expected Brier of a single sample (`sample_brier`: per-rollout scoring, reported apart).
+answers do not parse is scored, not dropped; ForecastBench's 5% rule (IMPUTED_CUTOFF_PCT) flags
+it ineligible instead. Each row also gives the parse rate and the expected Brier of a single
+sample (`sample_brier`: per-rollout scoring, reported apart).
 
 Owns per-group metric rows (Brier, log score, accuracy, ECE, skill vs crowd and base rate,
-Brier Index, bootstrap CI), the grouping every kind's table shares, the markdown score table,
-reliability diagrams and per-round line plots. Binary-only apart from the grouping and the
-line plots: choice and numeric forecasts are scored in evaluation_kinds.py. Also
-ForecastBench's headline numbers on imported ForecastBench questions (`forecastbench_headline`).
+the imputed share and eligibility, bootstrap CI), the grouping every kind's table shares, the
+markdown score table, reliability diagrams and per-round line plots. Binary-only apart from the
+grouping and the line plots: choice and numeric forecasts are scored in evaluation_kinds.py,
+ForecastBench's leaderboard scores (difficulty-adjusted Brier, Brier Index) in leaderboard.py.
 The formulas live in `futureworld.scoring`; loading forecasts is the caller's job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
@@ -26,24 +27,17 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from futureworld import scoring
+from futureworld.imputation import (
+    IMPUTED_P,
+    Eligibility,
+    forecaster_eligibility,
+    question_forecast,
+)
+
+__all__ = ["IMPUTED_P", "question_forecast"]  # the imputation rule, re-exported for callers
 
 GROUP_KEYS = ("agent", "policy_version", "source", "domain", "round")
 """Fields a score table can be grouped by."""
-
-IMPUTED_P = 0.5
-"""P(yes) counted for a rollout without an answer (unparsed, or a baseline with nothing to say),
-so failing to answer is scored as knowing nothing, never left out: ForecastBench's default
-imputation of a missing forecast (`impute_missing_forecasts`, src/resolve/_impute.py; only its
-own market baselines impute the market value instead)."""
-
-
-def question_forecast(samples: Sequence[float | None]) -> tuple[float, tuple[float, ...], int]:
-    """(the question's forecast, every sample's p with IMPUTED_P for an unparsed one, how many
-    were imputed) from a group's rollout answers (None: unparsed)."""
-    if not samples:
-        raise ValueError("a question forecast needs at least one rollout")
-    filled = tuple(IMPUTED_P if p is None else float(p) for p in samples)
-    return float(np.mean(filled)), filled, sum(p is None for p in samples)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,10 +65,19 @@ class ForecastRecord:
     """Every rollout's P(yes), IMPUTED_P where it did not parse; () means one sample, p_yes."""
     imputed: int = 0
     """Rollouts whose answer did not parse (counted as IMPUTED_P)."""
+    question: str | None = None
+    """The question's external id (unique within its source): the question of the difficulty
+    model (futureworld.leaderboard); None where the caller has no id."""
 
     @property
     def samples(self) -> tuple[float, ...]:
         return self.sample_p or (self.p_yes,)
+
+    @property
+    def imputed_share(self) -> float:
+        """How much of the question's forecast is imputation: imputed rollouts / rollouts (1 for a
+        missing answer, as ForecastBench counts a missing forecast; 1/G per unparsed rollout)."""
+        return self.imputed / len(self.samples)
 
     def __post_init__(self) -> None:
         if not 0 <= self.imputed <= len(self.samples):
@@ -108,14 +111,23 @@ class ScoreRow:
     brier_skill_vs_crowd: float | None
     """1 − Brier/Brier_crowd over the forecasts that have a crowd p; None if none do."""
     brier_skill_vs_base_rate: float | None
-    brier_index: float
-    """100 · (1 − √Brier)."""
+    unadjusted_brier_index: float
+    """100 · (1 − √Brier) of this group's own Brier. Not ForecastBench's Brier Index, which is
+    the same transform of the rescaled difficulty-adjusted Brier (futureworld.leaderboard)."""
     samples: int = 0
     """Rollouts behind the n forecasts."""
     parse_rate: float = 1.0
     """Share of the samples whose answer parsed (the rest counted as IMPUTED_P)."""
     sample_brier: float | None = None
     """Expected Brier of one sample: the mean over rollouts of (p_i − y)², imputed included."""
+    imputed: float = 0.0
+    """Question forecasts supplied by imputation: the sum of `ForecastRecord.imputed_share`
+    (a whole number when every imputed answer is a whole missing group, as for a baseline)."""
+    imputed_share: float = 0.0
+    """imputed / n: the share ForecastBench's 5% rule tests."""
+    eligibility: Eligibility | None = None
+    """The forecaster's standing under the 5% rule over every record scored with it (of its
+    round too, when grouped by round); None when the row pools forecasters."""
     domain: str | None = None
     round: int | None = None
 
@@ -123,6 +135,7 @@ class ScoreRow:
         """JSON-ready dict; `domain` and `round` appear only when the table is grouped by them."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["brier_ci"] = list(self.brier_ci) if self.brier_ci is not None else None
+        out["eligibility"] = None if self.eligibility is None else str(self.eligibility)
         for optional in ("domain", "round"):
             if out[optional] is None:
                 del out[optional]
@@ -148,6 +161,7 @@ def score_group(
     y = np.array([r.y for r in records], dtype=np.float64)
     brier = scoring.brier(p, y)
     samples = np.array([s for r in records for s in r.samples], dtype=np.float64)
+    imputed = sum(r.imputed_share for r in records)
     sample_y = np.array([r.y for r in records for _ in r.samples], dtype=np.float64)
     ci = (
         scoring.bootstrap_ci((p - y) ** 2, np.mean, n_resamples=n_bootstrap, seed=seed)
@@ -163,10 +177,12 @@ def score_group(
         "brier_ci": ci,
         "brier_skill_vs_crowd": _skill(p, y, [r.crowd_p for r in records]),
         "brier_skill_vs_base_rate": _skill(p, y, [r.base_rate_p for r in records]),
-        "brier_index": scoring.brier_index(brier),
+        "unadjusted_brier_index": scoring.brier_index(brier),
         "samples": len(samples),
         "parse_rate": 1 - sum(r.imputed for r in records) / len(samples),
         "sample_brier": scoring.brier(samples, sample_y),
+        "imputed": int(imputed) if float(imputed).is_integer() else imputed,
+        "imputed_share": imputed / len(records),
     }
 
 
@@ -182,13 +198,26 @@ def score_forecasts(
     include_overall: bool = True,
     n_bootstrap: int = 1000,
     seed: int = 0,
+    reference_agents: Collection[str] = (),
 ) -> list[ScoreRow]:
     """One ScoreRow per group of `by`; with include_overall (and "source" in `by`), also a row
-    with source=None pooling every source of the group's other keys. Sorted by group key."""
+    with source=None pooling every source of the group's other keys. Sorted by group key.
+
+    Each row of one forecaster (agent and version in `by`) carries its `forecaster_eligibility`
+    over all of `records` (per round when "round" is in `by`): the scored set is what was
+    passed, so an ineligible forecaster is flagged on every row, never dropped."""
+    records = list(records)
+    keys = [k for k in ("agent", "policy_version", "round") if k in by]
+    verdicts = (
+        forecaster_eligibility(records, keys=keys, reference_agents=reference_agents)
+        if {"agent", "policy_version"} <= set(by)
+        else {}
+    )
     rows = []
     for named, members in group_records(records, by=by, include_overall=include_overall):
         metrics = score_group(members, n_bootstrap=n_bootstrap, seed=seed)
-        rows.append(ScoreRow(**named, **metrics))
+        eligibility = verdicts.get(tuple(named[k] for k in keys))
+        rows.append(ScoreRow(**named, **metrics, eligibility=eligibility))
     return rows
 
 
@@ -218,7 +247,8 @@ def group_records(
     ]
 
 
-def _cell(value: Any) -> str:
+def score_cell(value: Any) -> str:
+    """A metric as a table shows it: 3 decimals (1 from 10 up), an interval, — for None."""
     if value is None:
         return "—"
     if isinstance(value, tuple):
@@ -228,31 +258,42 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+SCORE_COLUMNS = (
+    "n",
+    "parse_rate",
+    "brier",
+    "brier_ci",
+    "sample_brier",
+    "log_score",
+    "accuracy",
+    "ece",
+    "brier_skill_vs_crowd",
+    "brier_skill_vs_base_rate",
+    "unadjusted_brier_index",
+    "imputed",
+    "eligibility",
+)
+"""ScoreRow's metric columns, in table order."""
+SCORE_HEADERS = {
+    "n": "n questions",
+    "parse_rate": "parse rate",
+    "sample_brier": "sample brier",
+    "unadjusted_brier_index": "unadjusted BI",
+}
+"""Column headers that differ from the field name."""
+
+
 def score_table_markdown(rows: Sequence[ScoreRow]) -> str:
     """A markdown table of score rows ("all" where a group field pools every value)."""
     group_cols = ["agent", "policy_version", "source"]
     group_cols += [c for c in ("domain", "round") if any(getattr(r, c) is not None for r in rows)]
-    metric_cols = [
-        "n",
-        "parse_rate",
-        "brier",
-        "brier_ci",
-        "sample_brier",
-        "log_score",
-        "accuracy",
-        "ece",
-        "brier_skill_vs_crowd",
-        "brier_skill_vs_base_rate",
-        "brier_index",
-    ]
-    headers = {"n": "n questions", "parse_rate": "parse rate", "sample_brier": "sample brier"}
     lines = [
-        "| " + " | ".join(group_cols + [headers.get(c, c) for c in metric_cols]) + " |",
-        "|" + "---|" * len(group_cols) + "---:|" * len(metric_cols),
+        "| " + " | ".join(group_cols + [SCORE_HEADERS.get(c, c) for c in SCORE_COLUMNS]) + " |",
+        "|" + "---|" * len(group_cols) + "---:|" * len(SCORE_COLUMNS),
     ]
     for row in rows:
         cells = ["all" if getattr(row, c) is None else str(getattr(row, c)) for c in group_cols]
-        cells += [_cell(getattr(row, c)) for c in metric_cols]
+        cells += [score_cell(getattr(row, c)) for c in SCORE_COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -353,64 +394,3 @@ def plot_metric_by_round(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png", dpi=100)
     return out
-
-
-FORECASTBENCH_PREFIX = "forecastbench:"
-FORECASTBENCH_MARKETS = frozenset({"manifold", "metaculus", "polymarket", "infer"})
-
-
-@dataclass(frozen=True, kw_only=True)
-class ForecastBenchHeadline:
-    """ForecastBench's headline numbers for one agent and version on imported ForecastBench
-    questions, next to ours.
-
-    Reproduced: the Brier score on market and on dataset questions, their equal-weight mean
-    ("overall", as the leaderboard averages the two) and the Brier Index 100·(1 − √Brier) of
-    each. Not reproduced: the difficulty-adjusted Brier and the peer score, whose question
-    effects are estimated from every leaderboard model's forecasts (not in the public
-    question and resolution sets). A missing forecast counts as IMPUTED_P, as ForecastBench
-    imputes it (the records carry it)."""
-
-    agent: str
-    policy_version: int | None
-    n_market: int
-    brier_market: float | None
-    n_dataset: int
-    brier_dataset: float | None
-    brier_overall: float
-    brier_index: float
-    """Of `brier_overall`."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-def forecastbench_headline(records: Iterable[ForecastRecord]) -> list[ForecastBenchHeadline]:
-    """One headline per (agent, version) with forecasts of ForecastBench questions."""
-    groups: dict[tuple[str, int | None], tuple[list[float], list[float]]] = {}
-    for record in records:
-        if not record.source.startswith(FORECASTBENCH_PREFIX):
-            continue
-        market, dataset = groups.setdefault((record.agent, record.policy_version), ([], []))
-        upstream = record.source.removeprefix(FORECASTBENCH_PREFIX)
-        error = (record.p_yes - record.y) ** 2
-        (market if upstream in FORECASTBENCH_MARKETS else dataset).append(error)
-    headlines = []
-    for (agent, version), (market, dataset) in sorted(
-        groups.items(), key=lambda kv: _sort_key(kv[0])
-    ):
-        briers = [sum(e) / len(e) for e in (market, dataset) if e]
-        overall = sum(briers) / len(briers)
-        headlines.append(
-            ForecastBenchHeadline(
-                agent=agent,
-                policy_version=version,
-                n_market=len(market),
-                brier_market=sum(market) / len(market) if market else None,
-                n_dataset=len(dataset),
-                brier_dataset=sum(dataset) / len(dataset) if dataset else None,
-                brier_overall=overall,
-                brier_index=scoring.brier_index(overall),
-            )
-        )
-    return headlines

@@ -23,7 +23,7 @@ import numpy as np
 
 from futureworld import scoring, scoring_choice, scoring_numeric
 from futureworld.domain import QUANTILE_LEVELS, Question, QuestionKind
-from futureworld.evaluation import _agg_figure, _cell, group_records
+from futureworld.evaluation import _agg_figure, group_records, score_cell
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -339,7 +339,7 @@ def kind_table_markdown(rows: Sequence[ChoiceScoreRow] | Sequence[NumericScoreRo
         for column in metric_cols:
             value = getattr(row, column)
             is_counts = column == "pit_counts"
-            cells.append(" ".join(map(str, value)) if is_counts else _cell(value))
+            cells.append(" ".join(map(str, value)) if is_counts else score_cell(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -62,7 +62,10 @@ def test_score_rows_per_source_and_pooled_over_sources() -> None:
     # crowd Brier (0.04 + 0.16)/2 = 0.1 → skill 1 − 0.025/0.1
     assert manifold.brier_skill_vs_crowd == pytest.approx(0.75)
     assert manifold.brier_skill_vs_base_rate == pytest.approx(1 - 0.025 / 0.25)
-    assert manifold.brier_index == pytest.approx(100 * (1 - math.sqrt(0.025)))
+    # 100·(1 − √Brier) of the row's raw Brier, renamed: ForecastBench's Brier Index is of the
+    # rescaled difficulty-adjusted Brier (apply_brier_index_transform, futureworld.leaderboard)
+    assert manifold.unadjusted_brier_index == pytest.approx(100 * (1 - math.sqrt(0.025)))
+    assert manifold.imputed == 0 and manifold.eligibility == "eligible"
     pooled = _row(rows, source=None)
     assert pooled.brier == pytest.approx((0.01 + 0.04 + 0.36 + 0.09) / 4)
     assert pooled.ece == pytest.approx(
@@ -102,10 +105,13 @@ def test_as_dict_has_the_documented_keys_and_is_json_ready() -> None:
         "brier_ci",
         "brier_skill_vs_crowd",
         "brier_skill_vs_base_rate",
-        "brier_index",
+        "unadjusted_brier_index",
         "samples",
         "parse_rate",
         "sample_brier",
+        "imputed",
+        "imputed_share",
+        "eligibility",
     }
     assert isinstance(out["brier_ci"], list) and len(out["brier_ci"]) == 2
     assert json.loads(json.dumps(out)) == out

@@ -253,16 +253,20 @@ def evaluate_command(
 ) -> None:
     """Score every agent and policy version, per source and overall, as of --as-of (default:
     now; only the forecasts made and outcomes resolved by then), one table per question kind
-    (binary, choice, numeric), with ForecastBench's headline numbers on imported ForecastBench
-    questions. --json writes the rows of each kind: "rows" (binary), "choice_rows",
-    "numeric_rows"."""
+    (binary, choice, numeric), with ForecastBench's leaderboard on imported ForecastBench
+    questions (5% rule, difficulty-adjusted Brier, Brier Index, the difficulty model's reference
+    set). --json writes the rows of each kind: "rows" (binary), "choice_rows", "numeric_rows",
+    "forecastbench" (leaderboard rows) and "forecastbench_reference_set"."""
     from flows.stages.evaluating import evaluate
     from futureworld.evaluation import (
-        forecastbench_headline,
+        SCORE_COLUMNS,
+        SCORE_HEADERS,
         plot_reliability,
         reliability_groups,
+        score_cell,
     )
     from futureworld.evaluation_kinds import pit_groups, plot_pit_histogram
+    from futureworld.leaderboard import leaderboard_rows_text
 
     writable_file(json_path, "--json")
     writable_file(plot, "--plot")
@@ -270,27 +274,33 @@ def evaluate_command(
         for name in agent or ():
             require_agent(ctx, name)
         evaluation = evaluate(ctx, agent)
-    console.print(score_table(evaluation.rows))
+    binary = Table("agent", "ver", "source", *(SCORE_HEADERS.get(c, c) for c in SCORE_COLUMNS))
+    for row in evaluation.rows:
+        binary.add_row(
+            row.agent or "all",
+            str(row.policy_version),
+            row.source or "all",
+            *(score_cell(getattr(row, c)) for c in SCORE_COLUMNS),
+        )
+    console.print(binary)
     for title, kind_rows in (
         ("choice questions", evaluation.choice_rows),
         ("numeric questions", evaluation.numeric_rows),
     ):
         if kind_rows:
             console.print(kind_score_table(kind_rows, title))
-    headlines = forecastbench_headline(evaluation.records)
-    for h in headlines:
-        console.print(
-            f"ForecastBench {h.agent} v{h.policy_version}: overall Brier {h.brier_overall:.4f} "
-            f"(Brier Index {h.brier_index:.1f}); markets {h.n_market}, datasets {h.n_dataset}",
-            soft_wrap=True,
-        )
+    board = evaluation.forecastbench
+    if board is not None and board.rows:
+        for line in leaderboard_rows_text(board):
+            console.print(line, soft_wrap=True)
     if json_path is not None:
         rows = json.dumps(
             {
                 "rows": [r.as_dict() for r in evaluation.rows],
                 "choice_rows": [r.as_dict() for r in evaluation.choice_rows],
                 "numeric_rows": [r.as_dict() for r in evaluation.numeric_rows],
-                "forecastbench": [h.as_dict() for h in headlines],
+                "forecastbench": [h.as_dict() for h in board.rows] if board else [],
+                "forecastbench_reference_set": board.as_dict()["reference_set"] if board else {},
             },
             indent=2,
         )

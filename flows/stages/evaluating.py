@@ -2,10 +2,14 @@
 question kind: binary rows (futureworld.evaluation: Brier, log score, ECE, skill vs the crowd
 and the base rate) and choice and numeric rows (futureworld.evaluation_kinds).
 
-Rollouts with unparseable answers are left out of the metrics (their reward says it);
-annulled questions and questions still open are left out too. Choice and numeric answers are
-read without token arrays (storage's rollout_answers); a choice rollout is scored from its
-stored probability vector (Trajectory.probabilities).
+A binary rollout whose answer did not parse counts as IMPUTED_P in its question's forecast,
+as ForecastBench imputes a missing forecast, and ForecastBench's 5% rule flags a forecaster with
+too many (baselines exempt); choice and numeric rollouts that did not parse are left out (their
+reward says it). Annulled questions and questions still open are left out. Forecasts of
+imported ForecastBench questions also get ForecastBench's leaderboard (futureworld.leaderboard:
+difficulty-adjusted Brier over every forecaster present, the Brier Index). Choice and numeric
+answers are read without token arrays (storage's rollout_answers); a choice rollout is scored
+from its stored probability vector (Trajectory.probabilities).
 
 As of an instant (`as_of`, a backtest's clock): only forecasts made by then and outcomes
 revealed by then (resolved_at <= as_of, the definition in storage.repositories.questions)
@@ -22,6 +26,7 @@ from flows.context import PipelineContext
 from futureworld.baselines import base_rate
 from futureworld.domain import (
     Agent,
+    BackendKind,
     Outcome,
     OutcomeStatus,
     ParseStatus,
@@ -40,6 +45,7 @@ from futureworld.evaluation_kinds import (
     score_choice_forecasts,
     score_numeric_forecasts,
 )
+from futureworld.leaderboard import ForecastBenchLeaderboard, forecastbench_leaderboard
 from storage.engine import session_scope
 from storage.repositories.agents import list_agents
 from storage.repositories.questions import latest_outcomes, list_questions, resolved_history
@@ -57,6 +63,9 @@ class Evaluation:
     choice_rows: list[ChoiceScoreRow] = field(default_factory=list)
     numeric_records: list[NumericForecastRecord] = field(default_factory=list)
     numeric_rows: list[NumericScoreRow] = field(default_factory=list)
+    forecastbench: ForecastBenchLeaderboard | None = None
+    """ForecastBench's leaderboard of the binary forecasts of imported ForecastBench questions
+    (empty rows when there are none)."""
 
 
 def _made_by(forecast_as_of: datetime | None, as_of: datetime) -> bool:
@@ -100,9 +109,16 @@ def forecast_records(
                         as_of=group.as_of,
                         sample_p=sample_p if len(sample_p) > 1 else (),
                         imputed=imputed,
+                        question=question.external_id,
                     )
                 )
     return records
+
+
+def baseline_agents(ctx: PipelineContext) -> set[str]:
+    """Names of the baseline agents: the reference forecasters the 5% rule exempts."""
+    with session_scope(ctx.engine) as session:
+        return {a.name for a in list_agents(session) if a.backend is BackendKind.BASELINE}
 
 
 def kind_records(
@@ -159,12 +175,16 @@ def _kind_record(
 
 def evaluate(ctx: PipelineContext, agent_names: Sequence[str] | None = None) -> Evaluation:
     """Score every agent and policy version side by side, per source and overall, with one
-    table per question kind, as `ctx.as_of` could have known."""
+    table per question kind and ForecastBench's leaderboard, as `ctx.as_of` could have known.
+    The scored set of the 5% rule and of the difficulty model is every forecaster evaluated
+    together (all agents unless `agent_names` narrows them)."""
     records = forecast_records(ctx, agent_names)
     choice, numeric = kind_records(ctx, agent_names)
+    baselines = baseline_agents(ctx)
     return Evaluation(
         records=records,
-        rows=score_forecasts(records),
+        rows=score_forecasts(records, reference_agents=baselines),
+        forecastbench=forecastbench_leaderboard(records, reference_agents=baselines),
         choice_records=choice,
         choice_rows=score_choice_forecasts(choice),
         numeric_records=numeric,
