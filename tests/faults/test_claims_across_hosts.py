@@ -1,7 +1,11 @@
 """Predict workers on two hosts share one Postgres store: a worker of host A is frozen
 (SIGSTOP) while it holds claims mid-group; once its lease expires, host B's worker takes the
 groups over and completes them; A, thawed, writes its groups late and they are absorbed
-exactly once. A dead process on another host cannot be seen by pid, only by its lease."""
+exactly once. A dead process on another host cannot be seen by pid, only by its lease.
+
+Both moments come from the database, not from the clock: A is frozen once its claims are
+seen, with its groups not all persisted, and B starts once the lease A's claims record has
+run out (not after a guessed sleep)."""
 
 from __future__ import annotations
 
@@ -10,19 +14,19 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from flows.stages.predicting import predict
-from futureworld.domain import Agent, GenerationSettings, Question
+from futureworld.domain import Agent, GenerationSettings, Question, utc_now
 from futureworld.policy.tiny import init_tiny_model
 from storage.engine import make_engine, session_scope
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import upsert_questions
-from storage.tables import PredictionClaimRow
-from tests.faults.conftest import invariants
+from storage.tables import PredictionClaimRow, RolloutRow
+from tests.faults.conftest import count_rows, invariants, read_only_engine
 from tests.flows.conftest import CUTOFF, make_context
 
 QUESTIONS = 4
@@ -65,12 +69,25 @@ def _claims_of(engine, worker: str) -> list[int]:
         )
 
 
+def _lease_end(engine, worker: str) -> datetime:
+    """When the last of `worker`'s claims runs out, as its rows record it."""
+    with session_scope(engine) as session:
+        end = session.scalar(
+            select(func.max(PredictionClaimRow.lease_expires_at)).where(
+                PredictionClaimRow.worker == worker
+            )
+        )
+    assert end is not None, f"{worker} holds no claim"
+    return end
+
+
 def test_an_expired_claim_is_taken_over_by_another_host_and_the_late_write_absorbed(
     postgres_url: str, tmp_path: Path
 ) -> None:
     from tests.conftest import _truncate_postgres
 
     engine = make_engine(postgres_url)
+    watch = read_only_engine(postgres_url)
     _truncate_postgres(engine)
     _setup(engine, init_tiny_model(tmp_path / "model", seed=1))
     host_a = "host-a.example:4242"
@@ -89,12 +106,17 @@ def test_an_expired_claim_is_taken_over_by_another_host_and_the_late_write_absor
     )
     try:
         deadline = time.monotonic() + 180
-        while not (held := _claims_of(engine, host_a)):
+        while not (held := _claims_of(watch, host_a)):
             assert worker_a.poll() is None, worker_a.stderr.read().decode()[-2000:]
             assert time.monotonic() < deadline, "host A never claimed a question"
-            time.sleep(0.02)
+            time.sleep(0.002)
         worker_a.send_signal(signal.SIGSTOP)  # Frozen mid-group, its claims held.
-        time.sleep(LEASE_S + 0.5)
+        persisted = count_rows(watch, f"SELECT count(*) FROM {RolloutRow.__tablename__}")
+        assert _claims_of(watch, host_a) and persisted < QUESTIONS * G, persisted
+        lease_end = _lease_end(watch, host_a)  # A, frozen, renews nothing
+        while utc_now() <= lease_end:
+            assert time.monotonic() < deadline, f"A's lease never ran out ({lease_end})"
+            time.sleep(0.01)
         host_b = "host-b.example:7"
         ctx = make_context(engine, tmp_path / "host-b", worker_id=host_b, claim_lease_s=60)
         taken = predict(ctx, "tiny", samples=G)
@@ -108,4 +130,5 @@ def test_an_expired_claim_is_taken_over_by_another_host_and_the_late_write_absor
     assert worker_a.returncode == 0, stderr.decode()[-2000:]
     state = invariants(engine)
     assert (state.rollouts, state.duplicate_rollouts, state.held_claims) == (QUESTIONS * G, 0, 0)
+    watch.dispose()
     engine.dispose()

@@ -1,12 +1,15 @@
 """A Postgres server crash in the middle of predict, backfill and train: the server of a
 throwaway cluster is stopped (immediate mode, every connection cut) inside a stage's
-transaction and started again a moment later. Each stage retries at its transaction
-boundary, keeps what it computed in memory (a generated group, the rewards, a written
-checkpoint), finishes, and has persisted everything exactly once."""
+transaction and started again once the stage has met the outage (its first retry warning,
+not a delay: a slow machine cannot restart the server before the stage noticed it was gone).
+Each stage retries at its transaction boundary, keeps what it computed in memory (a generated
+group, the rewards, a written checkpoint), finishes, and has persisted everything exactly
+once."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -40,15 +43,31 @@ QUESTIONS = 3
 G = 3
 
 
+class _StartOnRetry(logging.Handler):
+    """Starts the stopped server in the background at the first retry warning of
+    `storage.engine`: the stage has met the outage and waits it out."""
+
+    def __init__(self, cluster: ThrowawayPostgres) -> None:
+        super().__init__(logging.WARNING)
+        self.cluster = cluster
+        self.starting: threading.Thread | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.starting is None and "transient database error" in record.getMessage():
+            self.starting = self.cluster.start_in_background()
+
+
 @contextmanager
 def crash_server_at(
     engine: Engine, cluster: ThrowawayPostgres, statement: str, *, nth: int = 1
 ) -> Iterator[list[str]]:
     """Stop the server just before the `nth` SQL statement containing `statement` is sent
-    (so it meets a dead connection, inside its transaction); start it 1.5 s later. Yields a
-    list that holds the statement once the crash happened."""
+    (so it meets a dead connection, inside its transaction); start it again as the stage
+    logs its first retry. Yields a list that holds the statement once the crash happened."""
     seen: list[str] = []
     crashed: list[str] = []
+    restart = _StartOnRetry(cluster)
+    retries = logging.getLogger("storage.engine")
 
     def before(conn: Any, cursor: Any, sql: str, *args: Any) -> None:
         if crashed or statement not in sql:
@@ -57,13 +76,17 @@ def crash_server_at(
         if len(seen) == nth:
             crashed.append(sql)
             cluster.stop()
-            cluster.start_after(1.5)
 
     event.listen(engine, "before_cursor_execute", before)
+    retries.addHandler(restart)
     try:
         yield crashed
     finally:
+        retries.removeHandler(restart)
         event.remove(engine, "before_cursor_execute", before)
+        if crashed:
+            assert restart.starting is not None, "the stage never retried after the crash"
+            restart.starting.join(timeout=120)
 
 
 def _setup(engine: Engine, model: Path) -> None:
