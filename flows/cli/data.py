@@ -119,6 +119,72 @@ def import_articles(
         raise UserError(f"import failed: no row imported (first problem: {report.errors[0]})")
 
 
+@import_app.command("forecasts")
+def import_forecasts(
+    forecast_file: Annotated[
+        Path,
+        typer.Argument(
+            help="An outside forecaster's file: a ForecastBench submission (JSON), or CSV / "
+            "JSONL rows of source, question_id, probability, forecast_at.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ],
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            help="The agent the forecasts go to (default: the file's organization-model, or "
+            "its stem).",
+        ),
+    ] = None,
+    file_format: Annotated[
+        str,
+        typer.Option(
+            "--format", help="auto (from the name, else the content), forecastbench, csv, jsonl."
+        ),
+    ] = "auto",
+    db: DbOption = None,
+) -> None:
+    """Import someone else's forecasts as a read-only agent, scored by evaluate beside every
+    other agent; bad rows are reported by line, the others load; re-importing changes nothing,
+    and a file that revises stored forecasts registers the agent's next version."""
+    from flows.stages.external_forecasts import import_forecasts as run_import
+    from futureworld.sources.forecast_files import ForecastFileError, ForecastFormat
+
+    if file_format != "auto" and file_format not in {f.value for f in ForecastFormat}:
+        known = ", ".join(["auto", *(f.value for f in ForecastFormat)])
+        raise typer.BadParameter(f"--format {file_format}: choose one of {known}")
+    chosen = None if file_format == "auto" else ForecastFormat(file_format)
+    with cli_context(db) as ctx:
+        try:
+            report = run_import(ctx, forecast_file, agent_name=agent, file_format=chosen)
+        except (ForecastFileError, ValueError) as error:
+            raise UserError(f"import failed: {error}") from None
+    bad = len(report.errors)
+    if report.policy_version is None:
+        for error in report.errors[:IMPORT_PROBLEMS_SHOWN]:
+            console.print(f"[yellow]bad row:[/yellow] {escape(str(error))}", soft_wrap=True)
+        first = report.errors[0] if report.errors else "the file holds no forecast"
+        raise UserError(f"import failed: no forecast loaded ({report.rows} rows; first: {first})")
+    console.print(
+        f"agent [bold]{escape(report.agent)}[/bold] v{report.policy_version}: "
+        f"{report.loaded} loaded, {report.updated} updated, {report.unchanged} unchanged"
+        + (f", {report.carried} carried over" if report.carried else "")
+        + f"; rows: {report.rows}, bad: {bad}",
+        soft_wrap=True,
+    )
+    for error in report.errors[:IMPORT_PROBLEMS_SHOWN]:
+        console.print(f"[yellow]bad row:[/yellow] {escape(str(error))}", soft_wrap=True)
+    if bad > IMPORT_PROBLEMS_SHOWN:
+        console.print(f"… and {bad - IMPORT_PROBLEMS_SHOWN} more bad rows")
+
+
+IMPORT_PROBLEMS_SHOWN = 10
+"""Bad rows `import forecasts` prints; the count says how many more there are."""
+
+
 @agent_app.command("add")
 def agent_add(
     name: str,
@@ -149,6 +215,10 @@ def agent_add(
     from storage.engine import session_scope
     from storage.repositories.agents import ensure_agent
 
+    if backend is BackendKind.EXTERNAL:
+        raise typer.BadParameter(
+            "--backend external: outside forecasters are registered by `import forecasts FILE`"
+        )
     if backend is BackendKind.OPENAI and not base_url:
         raise typer.BadParameter("--backend openai needs --base-url")
     if backend.generates:
