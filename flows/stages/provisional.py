@@ -4,11 +4,12 @@ once an outcome is revealed the question's provisional rewards are voided and th
 (backfill) replay as usual.
 
 The reward of rollout i with forecast p_i is its reward function's expectation under the
-leave-one-out consensus ŷ_{−i} standing in for P(y = 1):
-    R̂_i = ŷ_{−i} · R(p_i, y = 1) + (1 − ŷ_{−i}) · R(p_i, y = 0)
-(for Brier, −(p_i − ŷ_{−i})² − ŷ_{−i}(1 − ŷ_{−i})). ŷ_{−i} is the reliability-weighted mean of
-the agent's parsed forecasts of the question made by its group's version or earlier, the
-group's own included but rollout i's left out (futureworld.rl.advantages.siop_consensus); a
+group's shared consensus ŷ standing in for P(y = 1):
+    R̂_i = ŷ · R(p_i, y = 1) + (1 − ŷ) · R(p_i, y = 0)
+(for Brier, −(p_i − ŷ)² − ŷ(1 − ŷ)). ŷ is the reliability-weighted mean of the agent's
+parsed forecasts of the question made by its group's version or earlier, the group's own
+included (futureworld.rl.advantages.siop_consensus: one ŷ for the whole group, so the
+expectation's ŷ(1 − ŷ) term cannot rank its members); a
 forecast's weight is its version's inverse shrunk Brier on outcomes revealed by the stage's
 as-of (siop_reliability). An unparseable rollout has no vote and gets its function's
 unparseable reward (which does not depend on y).

@@ -223,6 +223,7 @@ def _run_update(
             reference_dir=reference,
             on_step=on_step,
             nproc=nproc,
+            torch_threads=ctx.settings.torch_threads,
         )
     except BaseException as error:
         flush_steps()

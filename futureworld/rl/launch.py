@@ -26,6 +26,7 @@ from futureworld.rl.checkpoints import require_free_target
 from futureworld.rl.config import TrainConfig
 from futureworld.rl.parallel import RankHook, World
 from futureworld.rl.trainer import StepCallback, TrainResult, train_policy
+from futureworld.torch_threads import torch_thread_count
 
 JOB_FILE = "job.pkl"
 RESULT_FILE = "result.pkl"
@@ -48,6 +49,9 @@ class TrainingJob:
     """Must be picklable (a module-level function): it runs in rank 0's process."""
     rank_hook: RankHook | None = None
     """Must be picklable; runs in every rank after each optimiser step."""
+    torch_threads: int | None = None
+    """Torch threads of each rank (the application's FW_TORCH_THREADS); None: the launching
+    process's cores shared out among the ranks (futureworld.torch_threads)."""
 
 
 def _rank_device(config: TrainConfig) -> TrainConfig:
@@ -105,7 +109,10 @@ def launch_training(job: TrainingJob, nproc: int, *, timeout_s: float | None = N
             "futureworld.rl.launch",
             str(job_dir),
         ]
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        # Each rank's torch threads: its share of the cores, as an in-process update takes
+        # all of them (torch reads OMP_NUM_THREADS when a rank starts).
+        threads = torch_thread_count(workers=nproc, override=job.torch_threads)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         done = subprocess.run(
             command, capture_output=True, text=True, env=env, timeout=timeout_s, check=False
         )
@@ -133,11 +140,13 @@ def train(
     on_step: StepCallback | None = None,
     on_save: Callable[[Path], None] | None = None,
     rank_hook: RankHook | None = None,
+    torch_threads: int | None = None,
 ) -> TrainResult:
     """`train_policy` in this process (nproc = 1, or already inside a process group), or on
     `nproc` local processes under torchrun, returning rank 0's result; `on_step` is then
     called afterwards with rank 0's per-step metrics, and `on_save` and `rank_hook` must be
-    picklable (module-level functions)."""
+    picklable (module-level functions). `torch_threads` sets each rank's torch threads
+    (default: this process's cores shared out among the ranks)."""
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
     require_free_target(Path(output_dir))
@@ -164,6 +173,7 @@ def train(
         reference_dir=Path(reference_dir) if reference_dir else None,
         on_save=on_save,
         rank_hook=rank_hook,
+        torch_threads=torch_threads,
     )
     launched = launch_training(job, nproc)
     for metrics in launched.metrics:

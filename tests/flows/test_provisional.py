@@ -1,5 +1,5 @@
-"""The provisional-rewards stage (siop) on real Postgres and SQLite: leave-one-out,
-reliability-weighted consensus of the group's and earlier versions' forecasts, written once as
+"""The provisional-rewards stage (siop) on real Postgres and SQLite: one reliability-weighted
+consensus of the group's and earlier versions' forecasts, shared by the group, written once as
 provisional rewards at revision 0; voided when the outcome is revealed."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _brier_expectation(p: float, y_hat: float) -> float:
     return -((p - y_hat) ** 2) - y_hat * (1 - y_hat)
 
 
-def test_provisional_rewards_are_the_leave_one_out_reliability_weighted_consensus(engine, tmp_path):
+def test_provisional_rewards_are_the_groups_shared_reliability_weighted_consensus(engine, tmp_path):
     _agent, open_id, done_id = _world(engine)
     ctx = make_context(engine, tmp_path, as_of=T0 + timedelta(days=2))
     report = write_provisional_rewards(ctx, "learner")
@@ -123,16 +123,15 @@ def test_provisional_rewards_are_the_leave_one_out_reliability_weighted_consensu
     assert all(q == open_id for q, _v, _s in got)  # the resolved question gets none
     w0 = siop_reliability((0.9 - 1) ** 2 + (0.7 - 1) ** 2, 2)  # version 0 on `done`
     w1 = siop_reliability(0.0, 0)  # version 1: nothing resolved yet
-    # Version 0's group: its own forecasts only, each one's consensus is the other's.
-    assert got[(open_id, 0, 0)].value == pytest.approx(_brier_expectation(0.2, 0.6))
-    assert got[(open_id, 0, 1)].value == pytest.approx(_brier_expectation(0.6, 0.2))
+    # Version 0's group: its own two parsed forecasts, one consensus for both.
+    assert got[(open_id, 0, 0)].value == pytest.approx(_brier_expectation(0.2, 0.4))
+    assert got[(open_id, 0, 1)].value == pytest.approx(_brier_expectation(0.6, 0.4))
     assert got[(open_id, 0, 2)].value == pytest.approx(UNPARSEABLE_REWARD)
-    # Version 1's group: version 0's forecasts (weight w0) and its own other one (w1).
-    y_hat = (w0 * 0.2 + w0 * 0.6 + w1 * 0.4) / (2 * w0 + w1)
-    assert got[(open_id, 1, 0)].value == pytest.approx(_brier_expectation(0.8, y_hat))
-    assert got[(open_id, 1, 0)].components["consensus"] == pytest.approx(y_hat)
-    y_hat = (w0 * 0.2 + w0 * 0.6 + w1 * 0.8) / (2 * w0 + w1)
-    assert got[(open_id, 1, 1)].value == pytest.approx(_brier_expectation(0.4, y_hat))
+    # Version 1's group: version 0's forecasts (weight w0) and its own two (w1), shared.
+    y_hat = (w0 * 0.2 + w0 * 0.6 + w1 * 0.8 + w1 * 0.4) / (2 * w0 + 2 * w1)
+    for sample, p in ((0, 0.8), (1, 0.4)):
+        assert got[(open_id, 1, sample)].value == pytest.approx(_brier_expectation(p, y_hat))
+        assert got[(open_id, 1, sample)].components["consensus"] == pytest.approx(y_hat)
     assert all(r.outcome_revision == 0 and not r.voided for r in got.values())
     assert done_id not in {q for q, _v, _s in got}
 

@@ -16,6 +16,7 @@ from futureworld.rl.config import TrainConfig
 from futureworld.rl.launch import train
 from futureworld.rl.parallel import World, split_groups
 from futureworld.rl.trainer import train_policy
+from futureworld.torch_threads import torch_thread_count
 from tests.rl.rl_builders import make_rollout, sample_rollouts
 
 # 3 groups a step over 2 ranks: shares of 2 and 1 groups, so the ranks pack different
@@ -129,3 +130,34 @@ def test_m2po_is_refused_inside_a_process_group_before_training(tiny_model_dir, 
     with pytest.raises(RuntimeError, match="M2PO"):
         train(tiny_model_dir, data, config, tmp_path / "v1", nproc=2)
     assert not (tmp_path / "v1").exists()
+
+
+def record_threads(rank: int, step: int) -> None:
+    """Each rank writes the torch threads it trains with (into $THREADS_OUT)."""
+    Path(os.environ["THREADS_OUT"], f"rank{rank}").write_text(str(torch.get_num_threads()))
+
+
+@pytest.mark.parametrize("named", [None, 1])
+def test_each_rank_trains_on_its_share_of_the_cores_or_the_named_threads(
+    tiny_model_dir, tmp_path, monkeypatch, named
+):
+    out = tmp_path / "threads"
+    out.mkdir()
+    monkeypatch.setenv("THREADS_OUT", str(out))
+    # the launcher decides, not the caller's shell (torch caps a count at the machine's cores)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    data = _scored(tiny_model_dir, groups=3)
+    train(
+        tiny_model_dir,
+        data,
+        CONFIG,
+        tmp_path / "v1",
+        nproc=2,
+        rank_hook=record_threads,
+        torch_threads=named,
+    )
+    expected = named if named is not None else torch_thread_count(workers=2)
+    assert {p.name: int(p.read_text()) for p in out.iterdir()} == {
+        "rank0": expected,
+        "rank1": expected,
+    }
