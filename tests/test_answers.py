@@ -314,3 +314,9 @@ def test_the_answer_formats_import_only_the_domain() -> None:
     allowed = {"futureworld.domain", "__future__", "abc", "dataclasses", "decimal", "typing"}
     allowed |= {"itertools", "math", "re", "collections.abc", "datetime"}
     assert {m for m in ours if not m.startswith("futureworld.answers")} <= allowed
+
+
+def test_only_a_one_probability_answer_elicits_beliefs() -> None:
+    assert BINARY.belief_prefix == "Current estimate: <probability>"
+    assert BINARY.belief_prefix.endswith(BINARY.open_tags[0])  # the belief closes the tag
+    assert CHOICE.belief_prefix is None and NUMERIC.belief_prefix is None

@@ -14,6 +14,10 @@ from datetime import datetime
 from transformers import PreTrainedTokenizerBase
 
 from futureworld.answers import ANSWER_FORMATS
+
+# The belief prompt of binary questions, where the rollout engine reads it (the formats'
+# belief_prefix: the loop elicits no beliefs on other kinds).
+from futureworld.answers.binary import BELIEF_PREFIX  # noqa: F401
 from futureworld.domain import Question, QuestionKind
 
 _RESEARCH = (
@@ -28,10 +32,6 @@ SYSTEM_PROMPTS: dict[QuestionKind, str] = {
 }
 SYSTEM_PROMPT = SYSTEM_PROMPTS[QuestionKind.BINARY]
 """The binary agents' system prompt (the demo's tokenizer and learning curve read it)."""
-
-BELIEF_PREFIX = "Current estimate: <probability>"
-"""Appended to a copy of the context to elicit the agent's belief after a tool turn. Binary
-questions only: the loop elicits no beliefs on other kinds."""
 
 
 def render_question(question: Question, *, as_of: datetime, brief: bool = False) -> str:

@@ -79,6 +79,9 @@ class AnswerFormat(ABC):
     """An answer that opens one of these and never closes it was cut off: MALFORMED."""
     closing_tag: ClassVar[str]
     """Generation stops at it (with the tools' closing tags)."""
+    belief_prefix: ClassVar[str | None] = None
+    """Appended to a copy of the context to elicit the agent's belief (a P(yes)) after a tool
+    turn; None for kinds whose answer is not one probability (no beliefs are elicited)."""
 
     def __init__(self) -> None:
         self._answer = re.compile("|".join(self.patterns), re.DOTALL)

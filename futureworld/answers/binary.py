@@ -14,6 +14,9 @@ from futureworld.answers.base import (
 )
 from futureworld.domain import ParseStatus, Question, QuestionKind
 
+BELIEF_PREFIX = "Current estimate: <probability>"
+"""A belief side generation continues the context after a tool turn with this."""
+
 
 def write_probability(p_yes: float, *, exact: bool = False) -> str:
     """The binary answer for P(yes): two decimals, or with `exact` every digit it needs."""
@@ -36,6 +39,7 @@ class BinaryFormat(AnswerFormat):
     )
     open_tags = ("<probability>", "\\boxed{")
     closing_tag = "</probability>"
+    belief_prefix = BELIEF_PREFIX
 
     def parse_content(self, content: str, question: Question) -> ParsedAnswer:
         p_yes, status = parse_probability(content)
