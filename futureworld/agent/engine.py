@@ -1,13 +1,20 @@
 """The rollout engine: many questions' groups in flight at once over one generation stream.
 
-Jobs (a question and the sample indices it still lacks) are pulled lazily, only when the
-backend's stream has room for more rows, so a caller that claims work per job never holds
-more than is running. Every turn of every active rollout is one stream request with its own
-seed; the local backend batches all of them into each decode step and refills as rows end,
-the HTTP backend keeps `max_concurrency` requests in flight. Requests of groups started
-earlier go first (a multi-turn rollout's next turn before a new group's first), so groups
-finish in about the order they started. A group is handed to `on_group` the moment its last
-rollout ends, so a crash loses at most the groups in flight.
+Jobs (a question and the sample indices it still lacks) are pulled lazily: when the backend's
+stream has room for more rows, and, while it is full, until as many requests wait encoded
+behind it as it has in flight (a wave of equal turns frees every slot at once, and each is
+refilled without waiting for a prompt to be built), so a caller that claims work per job never
+holds much more than is running. Every turn of every active rollout is one stream request
+with its own seed; the local backend batches all of them into each decode step and refills
+as rows end, the HTTP backend keeps `max_concurrency` requests in flight. Requests of groups
+started earlier go first (a multi-turn rollout's next turn before a new group's first), so
+groups finish in about the order they started. A group is handed to `on_group` the moment its
+last rollout ends, so a crash loses at most the groups in flight.
+
+Tool calls (a corpus query and the tokenizing of its observation) run on `TOOL_WORKERS`
+threads while the engine's thread goes on sending and taking back requests; a finished call
+wakes the stream (`GenerationStream.wake`) and its observation is appended on the engine's
+thread, in the order the calls were made, so a rollout's state is only ever changed there.
 
 Sampling is seeded per rollout (futureworld.agent.loop: seed per (agent seed, question,
 version, sample)), and each request samples from its own seed alone, so a rollout is the
@@ -29,22 +36,32 @@ from __future__ import annotations
 import heapq
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
 from futureworld.agent.loop import (
+    Observation,
     PromptTooLong,
     Rollout,
     append_generation,
+    append_observation,
     belief_seed,
-    call_tool,
     fit_prompt,
     record_belief,
+    run_tool,
     turn_seed,
 )
-from futureworld.agent.parsing import ParsedAnswer, action_stop_strings, parse_final_answer
+from futureworld.agent.parsing import (
+    Action,
+    ParsedAnswer,
+    action_stop_strings,
+    parse_final_answer,
+)
 from futureworld.agent.prompts import BELIEF_PREFIX, observation_frame
 from futureworld.agent.tools import Corpus
 from futureworld.domain import (
@@ -57,7 +74,11 @@ from futureworld.domain import (
     utc_now,
 )
 from futureworld.policy.base import PolicyBackend, SamplingParams
-from futureworld.policy.streaming import GenerationError, StreamRequest
+from futureworld.policy.streaming import GenerationError, GenerationStream, StreamRequest
+
+TOOL_WORKERS = 4
+"""Threads running tool calls (a corpus query, then tokenizing its observation) while the
+engine's thread keeps the stream full."""
 
 
 class FailureKind(StrEnum):
@@ -171,7 +192,8 @@ class RolloutEngine:
         """Run every job's rollouts, handing each group to `on_group` as soon as it is
         complete and each failed group to `on_failure` (default: raise its error)."""
         stats = EngineStats()
-        self._run(iter(jobs), on_group, on_failure or _raise, stats, alone=False)
+        with ThreadPoolExecutor(TOOL_WORKERS, thread_name_prefix="rollout-tool") as tools:
+            self._run(iter(jobs), on_group, on_failure or _raise, stats, tools, alone=False)
         return stats
 
     def _run(
@@ -180,37 +202,73 @@ class RolloutEngine:
         on_group: OnGroup,
         on_failure: OnFailure,
         stats: EngineStats,
+        tools: ThreadPoolExecutor,
         *,
         alone: bool,
     ) -> None:
-        stream = self._backend.open_stream()
+        streams: list[GenerationStream] = [self._backend.open_stream()]
+        """The stream in use (a tool finishing wakes it); replaced after a failed step."""
         ready: list[_Request] = []
         in_flight: dict[int, _Request] = {}
         active: dict[int, _Group] = {}
+        calls: deque[tuple[Future[Observation], _Request]] = deque()
+        """Tool calls running, taken back in the order they were made (as inline calls
+        were), so what a rollout's next turn sees never depends on which query ran faster."""
         exhausted = False
+
+        def settle(request: _Request, follow_ups: list[_Request]) -> None:
+            for follow_up in follow_ups:
+                heapq.heappush(ready, follow_up)
+            group = request.group
+            if request.rollout.done:
+                group.remaining -= 1
+                if group.remaining == 0:
+                    del active[group.order]
+                    on_group(group.job, self._trajectories(group))
+                    stats.groups += 1
+
+        def start_next() -> bool:
+            nonlocal exhausted
+            job = None if exhausted else next(jobs, None)
+            if job is None:
+                exhausted = True
+                return False
+            group = self._start(job, on_failure, stats)
+            if group is not None:
+                active[group.order] = group
+                for rollout in group.rollouts:
+                    heapq.heappush(ready, self._turn_request(group, rollout))
+            return True
+
         try:
             while True:
+                while calls and calls[0][0].done():
+                    future, request = calls.popleft()
+                    observation = future.result()
+                    if not request.group.failed:
+                        settle(request, self._after_tool(request, observation))
+                stream = streams[0]
                 while True:
                     while ready and ready[0].group.failed:
                         heapq.heappop(ready)
                     if not ready:
-                        job = None if exhausted else next(jobs, None)
-                        if job is None:
-                            exhausted = True
-                            break
-                        group = self._start(job, on_failure, stats)
-                        if group is not None:
-                            active[group.order] = group
-                            for rollout in group.rollouts:
-                                heapq.heappush(ready, self._turn_request(group, rollout))
-                        continue
+                        if start_next():
+                            continue
+                        break
                     if not stream.offer(ready[0].stream_request):
+                        # Full: have the next groups' first turns encoded and waiting, so a
+                        # slot that frees is refilled at once, not after a prompt is built.
+                        while len(ready) < stream.in_flight and start_next():
+                            pass
                         break
                     request = heapq.heappop(ready)
                     request.submitted_at = time.perf_counter()
                     in_flight[request.key] = request
                     stats.requests += 1
                 if not in_flight:
+                    if calls:
+                        wait_futures([calls[0][0]])
+                        continue
                     if ready:  # The stream contract: an empty stream takes any request.
                         raise RuntimeError(f"{self._backend.describe()} refused a request")
                     break
@@ -222,14 +280,17 @@ class RolloutEngine:
                     ready.clear()
                     in_flight.clear()
                     active.clear()
+                    calls.clear()
                     if alone:
                         for group in suspects:
                             self._fail(group, FailureKind.GENERATION_ERROR, error, on_failure)
                             stats.failed += 1
                     else:
                         for group in suspects:
-                            self._run(iter([group.job]), on_group, on_failure, stats, alone=True)
-                    stream = self._backend.open_stream()
+                            self._run(
+                                iter([group.job]), on_group, on_failure, stats, tools, alone=True
+                            )
+                    streams[0] = self._backend.open_stream()
                     continue
                 for result in results:
                     request = in_flight.pop(result.key)
@@ -243,16 +304,23 @@ class RolloutEngine:
                         del active[group.order]
                         continue
                     stats.generated_tokens += len(result.generation.token_ids)
-                    for follow_up in self._apply(request, result.generation):
-                        heapq.heappush(ready, follow_up)
-                    if request.rollout.done:
-                        group.remaining -= 1
-                        if group.remaining == 0:
-                            del active[group.order]
-                            on_group(group.job, self._trajectories(group))
-                            stats.groups += 1
+                    action = self._apply(request, result.generation)
+                    if action is None:
+                        settle(request, [])
+                        continue
+                    future = tools.submit(
+                        run_tool,
+                        action,
+                        self._corpus,
+                        group.search_as_of,
+                        self._frame,
+                        self._settings,
+                        self._tokenizer,
+                    )
+                    future.add_done_callback(lambda _: streams[0].wake())
+                    calls.append((future, request))
         finally:
-            stream.close()
+            streams[0].close()
 
     def _start(self, job: GroupJob, on_failure: OnFailure, stats: EngineStats) -> _Group | None:
         """Encode (and if need be cut) the job's prompt; a prompt that cannot fit fails."""
@@ -332,37 +400,33 @@ class RolloutEngine:
             belief_turn=len(rollout.turns) - 1,
         )
 
-    def _apply(self, request: _Request, generation) -> list[_Request]:
-        """Apply a finished request to its rollout; return the requests it leads to."""
+    def _apply(self, request: _Request, generation) -> Action | None:
+        """Apply a finished request to its rollout; the tool call it asks for, if any (a
+        rollout that stops, or a belief, asks for none)."""
         rollout, group = request.rollout, request.group
         elapsed = time.perf_counter() - request.submitted_at
         rollout.generate_s += elapsed
         if request.belief_turn is not None:
             record_belief(rollout, request.belief_turn, generation, self._tokenizer)
             rollout.beliefs_pending -= 1
-            return []
-        settings = self._settings
+            return None
         kind = group.job.question.kind
         action = append_generation(rollout, generation, request.budget, self._tokenizer, kind)
         if rollout.stop is not None:
-            return []
-        if rollout.turn_no + 1 == settings.max_turns:
+            return None
+        if rollout.turn_no + 1 == self._settings.max_turns:
             rollout.stop = StopReason.MAX_TURNS
-            return []
-        call_tool(
-            rollout,
-            action,
-            self._corpus,
-            group.search_as_of,
-            group.prompt,
-            self._frame,
-            settings,
-            self._tokenizer,
-        )
+            return None
+        return action
+
+    def _after_tool(self, request: _Request, observation: Observation) -> list[_Request]:
+        """Append the tool's observation; the requests it leads to (belief, next turn)."""
+        rollout, group = request.rollout, request.group
+        append_observation(rollout, observation, len(group.prompt), self._settings)
         if rollout.stop is not None:
             return []
         follow_ups = []
-        if settings.elicit_beliefs and kind is QuestionKind.BINARY:
+        if self._settings.elicit_beliefs and group.job.question.kind is QuestionKind.BINARY:
             follow_ups.append(self._belief_request(group, rollout))
         rollout.turn_no += 1
         follow_ups.append(self._turn_request(group, rollout))

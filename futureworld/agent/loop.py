@@ -189,17 +189,31 @@ def append_generation(
     return action
 
 
-def call_tool(
-    rollout: Rollout,
+@dataclass(frozen=True)
+class Observation:
+    """A tool call's outcome, before it is appended: the framed text and its token ids, or
+    the corpus error that ends the rollout. Computing it touches no rollout, so it can run
+    on another thread while the rollout waits."""
+
+    action: Action
+    tool_s: float
+    """Seconds in the corpus call."""
+    text: str = ""
+    ids: tuple[int, ...] = ()
+    result_ids: tuple[int, ...] = ()
+    error: str | None = None
+    """`Type: message` of a corpus failure (the rollout then stops with TOOL_ERROR)."""
+
+
+def run_tool(
     action: Action,
     corpus: Corpus,
     as_of: datetime,
-    prompt: Sequence[int],
     frame: tuple[str, str],
     settings: GenerationSettings,
     tokenizer: PreTrainedTokenizerBase,
-) -> None:
-    """Run the search/open, then append its observation once-tokenized with mask 0."""
+) -> Observation:
+    """Run the search/open and tokenize its observation once (framed, cut to the budget)."""
     t0 = time.perf_counter()
     result_ids: tuple[int, ...] = ()
     try:
@@ -212,29 +226,42 @@ def call_tool(
             if content.startswith("[id "):
                 result_ids = (int(action.argument),)
     except Exception as error:  # Any corpus failure ends this rollout, recorded, not raised.
-        rollout.tool_s += time.perf_counter() - t0
+        return Observation(
+            action, time.perf_counter() - t0, error=f"{type(error).__name__}: {error}"
+        )
+    tool_s = time.perf_counter() - t0
+    content = _truncate_middle(content, settings.max_observation_tokens, tokenizer)
+    text = frame[0] + content + frame[1]
+    ids = tuple(tokenizer.encode(text, add_special_tokens=False))
+    return Observation(action, tool_s, text=text, ids=ids, result_ids=result_ids)
+
+
+def append_observation(
+    rollout: Rollout, observation: Observation, prompt_len: int, settings: GenerationSettings
+) -> None:
+    """Append a tool turn (mask 0, log-prob 0.0), or stop the rollout: TOOL_ERROR on a corpus
+    failure, MAX_TOKENS when the observation leaves no room for one more generated token."""
+    action = observation.action
+    rollout.tool_s += observation.tool_s
+    start = len(rollout.completion)
+    if observation.error is not None:
         rollout.stop = StopReason.TOOL_ERROR
         rollout.turns.append(
             Turn(
                 index=len(rollout.turns),
                 role="tool",
-                text=f"{type(error).__name__}: {error}",
-                token_start=len(rollout.completion),
-                token_end=len(rollout.completion),
+                text=observation.error,
+                token_start=start,
+                token_end=start,
                 tool_name=action.kind,
                 tool_args=action.argument,
             )
         )
         return
-    rollout.tool_s += time.perf_counter() - t0
-    content = _truncate_middle(content, settings.max_observation_tokens, tokenizer)
-    text = frame[0] + content + frame[1]
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    # The next turn needs room for at least one generated token.
-    if len(prompt) + len(rollout.completion) + len(ids) + 1 > settings.max_total_tokens:
+    ids = observation.ids
+    if prompt_len + start + len(ids) + 1 > settings.max_total_tokens:
         rollout.stop = StopReason.MAX_TOKENS
         return
-    start = len(rollout.completion)
     rollout.completion.extend(ids)
     rollout.mask.extend([0] * len(ids))
     rollout.logprobs.extend([0.0] * len(ids))
@@ -242,14 +269,29 @@ def call_tool(
         Turn(
             index=len(rollout.turns),
             role="tool",
-            text=text,
+            text=observation.text,
             token_start=start,
             token_end=len(rollout.completion),
             tool_name=action.kind,
             tool_args=action.argument,
-            tool_result_ids=result_ids,
+            tool_result_ids=observation.result_ids,
         )
     )
+
+
+def call_tool(
+    rollout: Rollout,
+    action: Action,
+    corpus: Corpus,
+    as_of: datetime,
+    prompt: Sequence[int],
+    frame: tuple[str, str],
+    settings: GenerationSettings,
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    """Run the search/open, then append its observation once-tokenized with mask 0."""
+    observation = run_tool(action, corpus, as_of, frame, settings, tokenizer)
+    append_observation(rollout, observation, len(prompt), settings)
 
 
 def record_belief(

@@ -109,6 +109,9 @@ class ContinuousBatch:
         )
         return True
 
+    def wake(self) -> None:
+        pass  # `advance` is one decode step in this thread; it never blocks on others.
+
     def close(self) -> None:
         self._rows, self._joining, self._cache, self._shared = [], [], None, None
         self._widest = 0

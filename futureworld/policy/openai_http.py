@@ -14,8 +14,10 @@ nucleus when top_p < 1: the μ the trainer compares against. `LOGPROBS_MODE` nam
 
 One request per prompt, each with its own seed (vLLM seeds a per-request generator, so a
 request samples the same whatever else the server batches); `open_stream` keeps up to
-`max_concurrency` requests in flight across questions. A LoRA adapter is selected by
-passing its served name as `model`; `load_adapter` registers a new one at runtime.
+`max_concurrency` requests in flight across questions, on as many worker threads started
+with the stream, with a connection pool of the same size kept alive between requests. A
+LoRA adapter is selected by passing its served name as `model`; `load_adapter` registers a
+new one at runtime.
 
 Which version the server samples: a backend samples one served name (a policy version's
 adapter, or a full checkpoint served under its own name), and refuses to sample before the
@@ -28,9 +30,10 @@ sampling["backend"] — names the version the server actually served.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -103,7 +106,10 @@ class OpenAIHttpBackend:
             base_url=config.base_url,
             timeout=config.timeout_s,
             headers=headers,
-            limits=httpx.Limits(max_connections=config.max_concurrency),
+            limits=httpx.Limits(
+                max_connections=config.max_concurrency,
+                max_keepalive_connections=config.max_concurrency,
+            ),
         )
         self._serving_checked = False
 
@@ -281,43 +287,74 @@ class OpenAIHttpBackend:
 
 
 class _HttpStream:
-    """A `GenerationStream` over a thread pool of `max_concurrency` workers sharing the
-    backend's connection pool; each request keeps its own seed."""
+    """A `GenerationStream` over `max_concurrency` worker threads sharing the backend's
+    connection pool; each request keeps its own seed.
+
+    The workers are started when the stream opens, not at the first requests (a thread start
+    took milliseconds on a loaded machine, while the first requests waited), and each puts its
+    finished request on one completion queue, so `advance` returns the moment any request
+    ends, and `wake` (from any thread) makes it return at once."""
 
     def __init__(self, backend: OpenAIHttpBackend) -> None:
         self._backend = backend
         self._limit = backend.config.max_concurrency
-        self._pool = ThreadPoolExecutor(max_workers=self._limit, thread_name_prefix="http-gen")
-        self._futures: dict[Future[Generation], int] = {}
+        self._todo: queue.SimpleQueue[tuple[int, dict[str, Any]] | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[StreamResult | None] = queue.SimpleQueue()
+        self._keys: set[int] = set()
+        self._workers = [
+            threading.Thread(target=self._work, name=f"http-gen-{i}", daemon=True)
+            for i in range(self._limit)
+        ]
+        for worker in self._workers:
+            worker.start()
 
     @property
     def in_flight(self) -> int:
-        return len(self._futures)
+        return len(self._keys)
 
     def offer(self, request: StreamRequest) -> bool:
-        if self._futures and len(self._futures) >= self._limit:
+        if self._keys and len(self._keys) >= self._limit:
             return False
         seed = fresh_seed() if request.params.seed is None else request.params.seed
         payload = self._backend._payload(request.prompt, request.params, seed)
-        self._futures[self._pool.submit(self._backend._complete, payload)] = request.key
+        self._keys.add(request.key)
+        self._todo.put((request.key, payload))
         return True
 
     def advance(self) -> list[StreamResult]:
-        if not self._futures:
+        """Wait for a request to end (or a `wake`), then take every one that has ended."""
+        if not self._keys:
             return []
-        done, _ = wait(list(self._futures), return_when=FIRST_COMPLETED)
         results = []
-        for future in done:
-            key = self._futures.pop(future)
+        first: StreamResult | None = self._done.get()
+        while True:
+            if first is not None and first.key in self._keys:
+                self._keys.discard(first.key)
+                results.append(first)
             try:
-                results.append(StreamResult(key=key, generation=future.result()))
-            except Exception as error:  # This request failed; the others go on.
-                results.append(StreamResult(key=key, error=error))
-        return results
+                first = self._done.get_nowait()
+            except queue.Empty:
+                return results
+
+    def wake(self) -> None:
+        self._done.put(None)
 
     def close(self) -> None:
-        self._futures = {}
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Drop what is in flight; the workers finish their current request and stop."""
+        self._keys = set()
+        for _ in self._workers:
+            self._todo.put(None)
+        for worker in self._workers:
+            worker.join()
+
+    def _work(self) -> None:
+        while (item := self._todo.get()) is not None:
+            key, payload = item
+            try:
+                result = StreamResult(key=key, generation=self._backend._complete(payload))
+            except Exception as error:  # This request failed; the others go on.
+                result = StreamResult(key=key, error=error)
+            self._done.put(result)
 
 
 def _generation_from_choice(choice: dict[str, Any]) -> Generation:

@@ -55,6 +55,12 @@ class GenerationStream(Protocol):
         """Make progress and return the requests that finished (possibly none yet)."""
         ...
 
+    def wake(self) -> None:
+        """From any thread: an `advance` blocked waiting for requests (or the next one) returns
+        now, possibly with nothing, so its caller can act on something else that finished.
+        A stream whose `advance` never blocks on others makes this a no-op."""
+        ...
+
     @property
     def in_flight(self) -> int:
         """Requests taken and not yet returned."""
@@ -131,6 +137,9 @@ class SequentialStream:
     @property
     def in_flight(self) -> int:
         return len(self._waiting)
+
+    def wake(self) -> None:
+        pass  # `advance` runs the waiting requests at once; it never blocks on others.
 
     def close(self) -> None:
         self._waiting = []
