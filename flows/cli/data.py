@@ -15,7 +15,9 @@ from flows.cli.common import DbOption, UserError, cli_context, console
 from futureworld.domain import Agent, BackendKind, GenerationSettings
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
-import_app = typer.Typer(no_args_is_help=True, help="Import question sets and news archives.")
+import_app = typer.Typer(
+    no_args_is_help=True, help="Import question sets, news archives and outside forecasts."
+)
 agent_app = typer.Typer(no_args_is_help=True, help="Register and list agents.")
 model_app = typer.Typer(no_args_is_help=True, help="Local models.")
 
