@@ -91,9 +91,18 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=256, help="max new tokens per turn")
     parser.add_argument("--max-turns", type=int, default=1)
     parser.add_argument("--search-rate", type=float, default=0.0)
+    parser.add_argument(
+        "--request-ms",
+        type=float,
+        help="every request lasts this long: turns of exactly --new-tokens tokens at "
+        "request-ms / new-tokens per token (overrides --per-token-ms, --min-new-tokens)",
+    )
     parser.add_argument("--skip-before", action="store_true", help="measure predict only")
     parser.add_argument("--postgres", action="store_true", help="a fresh Postgres database")
     args = parser.parse_args()
+    if args.request_ms is not None:
+        args.per_token_ms = args.request_ms / args.new_tokens
+        args.min_new_tokens = args.new_tokens
     concurrency = HttpBackendConfig.max_concurrency  # what predict's backend is built with
     policy = SimulatedPolicy(
         per_token_s=args.per_token_ms / 1000,
@@ -139,8 +148,9 @@ def main() -> None:
     print(
         f"{'Postgres' if args.postgres else 'SQLite'}; loopback server: "
         f"{args.per_token_ms:g} ms/token, turns of {args.min_new_tokens}–"
-        f"{args.new_tokens} tokens, search rate {args.search_rate:g}, max_turns "
-        f"{args.max_turns}; {args.questions} questions × G = {args.samples}; max_concurrency "
+        f"{args.new_tokens} tokens ({args.min_new_tokens * args.per_token_ms:g}–"
+        f"{args.new_tokens * args.per_token_ms:g} ms a request), search rate "
+        f"{args.search_rate:g}, max_turns {args.max_turns}; {args.questions} questions × G = {args.samples}; max_concurrency "
         f"{concurrency}; ideal {ideal:.0f} tokens/s (max_concurrency / per-token time)"
     )
     for run in runs:
