@@ -1,8 +1,9 @@
-"""One forecaster interface, two implementations: the rollout engine over a generation
-backend (many questions' groups in flight at once), and the baselines (crowd, base rate,
-uniform). The predict stage claims questions and persists what a forecaster hands back, group
-by group; it never asks what kind of agent it is serving. The registry at the bottom maps
-each `BackendKind` to its forecaster.
+"""One forecaster interface, three implementations: the rollout engine over a generation
+backend (many questions' groups in flight at once), the baselines (crowd, base rate,
+uniform), and imported outside forecasts (which predict never adds to). The predict stage
+claims questions and persists what a forecaster hands back, group by group; it never asks
+what kind of agent it is serving. The registry at the bottom maps each `BackendKind` to its
+forecaster.
 """
 
 from __future__ import annotations
@@ -134,10 +135,28 @@ class BaselineForecaster:
             on_group(question, [trajectory])
 
 
+class ImportedForecaster:
+    """An outside forecaster (BackendKind.EXTERNAL): its forecasts come only from
+    `futureworld import forecasts`, so predict claims and writes nothing for it (claims are
+    taken only as a forecaster pulls work, and this one pulls none)."""
+
+    max_samples = 1
+    claim_batch = 1
+
+    def __init__(self, ctx: PipelineContext, agent: Agent, version: PolicyVersion) -> None:
+        del ctx, agent, version
+
+    def run(
+        self, work: Iterable[Work], on_group: OnGroup, on_failure: OnFailure, on_note: OnNote
+    ) -> None:
+        return None
+
+
 ForecasterFactory = Callable[["PipelineContext", Agent, PolicyVersion], Forecaster]
 
 FORECASTERS: dict[BackendKind, ForecasterFactory] = {
     BackendKind.LOCAL: LoopForecaster,
     BackendKind.OPENAI: LoopForecaster,
     BackendKind.BASELINE: BaselineForecaster,
+    BackendKind.EXTERNAL: ImportedForecaster,
 }

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.stages.lineage import LineageError
+from flows.stages.predicting import predict
 from flows.stages.promotion import gate_version
 from flows.stages.training import TrainOptions, replay_and_train
 from futureworld.domain import BackendKind, Question
@@ -159,6 +160,9 @@ def test_an_outside_agent_is_never_trained_gated_or_mixed_with_another(
         replay_and_train(ctx, "outside", TrainOptions())
     with pytest.raises(ValueError, match="no versions to gate"):
         gate_version(ctx, "outside", 0)
+    later = make_context(engine, tmp_path, as_of=CUTOFF + timedelta(days=1))
+    report = predict(later, "outside", samples=4)  # the daily cycle predicts every agent
+    assert (report.questions, report.rollouts) == (0, 0)
     with session_scope(engine) as session:
         [version] = list_policy_versions(session, get_agent(session, "outside").id)
     engine.dispose()
