@@ -1,16 +1,19 @@
-"""SIGKILL at random points of predict, backfill and train (`python -m flows …` subprocesses),
-on Postgres and SQLite, then a run to completion: nothing lost, duplicated or corrupted.
+"""SIGKILL in the middle of predict, backfill and train (subprocesses), on Postgres and SQLite,
+then a run to completion: nothing lost, duplicated or corrupted.
 
-Each stage is first run once whole on fresh work, which measures its wall time T; then
-`FW_FAULT_KILLS` runs per database (default 5, so 10 kill points per stage over SQLite and
-Postgres; every run is a fresh Python process that loads torch, so the default keeps the
-suite to minutes on two cores) are each killed at a point drawn uniformly from
-[0.2·T, 1.2·T] (seeded, so a failure replays), each given fresh work first (new questions,
-new outcomes; train replays with --reuse), so the kills land in the stage's work, not in an
-idle process. Between kills, what must hold at every instant is checked (whole groups only,
-no duplicate rollout or reward, every registered version's checkpoint matching its sha256);
-after the final run, the counts: rollouts = questions × G, no held claim, no training run
-left `running`, one completed run per registered version.
+Every kill point is a unit of the stage's own work, read from the database it persists to
+(a read-only connection polled every few milliseconds), never a time: `FW_FAULT_KILLS` runs
+per database (default 5) are each given fresh work first (new questions, new outcomes; train
+replays with --reuse), a target is drawn (seeded, so a failure replays) between the first and
+the last unit of that work, and the process is killed as soon as its persisted progress
+reaches it. The units: groups of rollouts persisted (predict), rollouts scored (backfill,
+one rollout a transaction), optimiser steps recorded (train, written every
+STEP_FLUSH_EVERY steps). Every kill must be seen to land inside the work (0 < units persisted
+< total once the process is dead), so a slow or loaded machine moves the kill with the work
+instead of before it starts or after it ended. Between kills, what must hold at every instant
+is checked (whole groups only, no duplicate rollout or reward, every registered version's
+checkpoint matching its sha256); after the final run, the counts: rollouts = questions × G,
+no held claim, no training run left `running`, one completed run per registered version.
 
 The other faults of the suite live where their stage is tested: three concurrent predict
 workers, a kill mid-batch and the poison inputs in tests/flows/test_predict_llm.py; the
@@ -21,15 +24,15 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import Engine, func, select
 
+from flows.stages.training import STEP_FLUSH_EVERY
 from futureworld.domain import Agent, Outcome, OutcomeStatus, Question, QuestionKind
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rewards import rewards_for_kind
@@ -37,13 +40,32 @@ from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
 from storage.tables import RewardRow, RolloutRow, TrainingRunRow
-from tests.faults.conftest import invariants
+from tests.faults.conftest import (
+    ProgressKill,
+    count_rows,
+    invariants,
+    kill_at_progress,
+    read_only_engine,
+)
 from tests.flows.conftest import CUTOFF, GENERATION
 
 KILLS = int(os.environ.get("FW_FAULT_KILLS", "5"))
 G = 2
-PER_ROUND = 2
-"""Questions added (predict) or resolved (backfill) before each run."""
+PER_ROUND = 24
+"""Questions added (predict) or resolved (backfill) before each run. The engine generates a
+run's groups together and persists them one after another (about 10 ms each), so a run needs
+this many for its persisting to span many polls."""
+TRAIN = ["--max-groups", "4", "--set", "groups_per_step=1", "--set", "ppo_epochs=8"]
+"""32 optimiser steps a run (4 groups, 8 epochs): step 25's are recorded 7 steps before the
+end, where a kill can be seen to land."""
+BACKFILL_ONE_ROLLOUT_A_TRANSACTION = (
+    "from flows.cli.common import cli_context\n"
+    "from flows.stages.backfilling import backfill_rewards\n"
+    "with cli_context(None) as ctx:\n"
+    "    backfill_rewards(ctx, batch_size=1)\n"
+)
+"""Backfill as `flows backfill` runs it, but scoring one rollout a transaction (the CLI's
+batches of thousands would make a test's work one transaction, with no inside to kill in)."""
 
 
 def _questions(start: int, n: int) -> list[Question]:
@@ -87,48 +109,40 @@ def _whole_groups_only(engine: Engine) -> None:
     assert {n for (n,) in sizes} <= {G}, sizes
 
 
-class _Stage:
-    """Runs one CLI stage as a subprocess, whole or killed at a random point."""
+def _target(rng: random.Random, total: int) -> int:
+    """A unit between the first and the last, in the first three quarters of the work: the
+    kill comes one poll after the target, and the last quarter keeps it before the end."""
+    return rng.randint(1, max(1, total - total // 4))
 
-    def __init__(
-        self,
-        args: list[str],
-        env: dict[str, str],
-        rng: random.Random,
-        window: tuple[float, float] = (0.2, 1.2),
-    ) -> None:
-        self.command = [sys.executable, "-m", "flows", *args]
+
+def _since(read: Callable[[], int]) -> Callable[[], int]:
+    """Progress of the run about to start: what `read` counts beyond its value now."""
+    before = read()
+    return lambda: read() - before
+
+
+class _Stage:
+    """Runs one stage as a subprocess, whole or killed at a unit of its work."""
+
+    def __init__(self, what: str, command: list[str], env: dict[str, str]) -> None:
+        self.what = what
+        self.command = command
         self.env = env
-        self.rng = rng
-        self.window = window
-        """Kill points, as fractions of a whole run's wall time."""
-        self.whole_s = 0.0
+        self.kills: list[ProgressKill] = []
 
     def run_whole(self) -> None:
-        """Run to completion; the shortest whole run so far is T, the kill points' scale."""
-        started = time.monotonic()
         done = subprocess.run(self.command, env=self.env, capture_output=True, timeout=600)
         assert done.returncode == 0, done.stderr.decode()[-3000:]
-        took = time.monotonic() - started
-        self.whole_s = min(self.whole_s, took) if self.whole_s else took
 
-    def run_killed(self) -> bool:
-        """Kill the stage at a random point; False when it finished first."""
-        process = subprocess.Popen(
-            self.command, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    def run_killed(self, progress: Callable[[], int], target: int, total: int) -> None:
+        kill = kill_at_progress(
+            self.command, self.env, progress, target=target, total=total, what=self.what
         )
-        try:
-            process.wait(timeout=self.rng.uniform(*self.window) * self.whole_s)
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGKILL)
-            process.wait()
-            return True
-        _, stderr = process.communicate()
-        assert process.returncode == 0, stderr.decode()[-3000:]
-        return False
+        assert kill.landed_mid_work(), kill
+        self.kills.append(kill)
 
 
-def test_sigkill_at_random_points_of_predict_backfill_and_train(
+def test_sigkill_mid_work_of_predict_backfill_and_train(
     engine, db_url: str, tmp_path: Path
 ) -> None:
     rng = random.Random(20261201)
@@ -138,12 +152,14 @@ def test_sigkill_at_random_points_of_predict_backfill_and_train(
             session,
             Agent(name="tiny", base_model=str(model), backend="local", generation=GENERATION),
         )
+    watch = read_only_engine(db_url)
     env = {**os.environ, "FW_DB_URL": db_url, "FW_DATA_DIR": str(tmp_path / "data")}
+    flows = [sys.executable, "-m", "flows"]
     as_of = ["--as-of", CUTOFF.isoformat()]
-    killed: dict[str, int] = {}
 
-    # predict: each run finds PER_ROUND new questions (and what the last kill left).
-    predict = _Stage(["predict", "--agent", "tiny", "-G", str(G), *as_of], env, rng)
+    # predict: each run finds PER_ROUND new questions (and what the last kill left); its
+    # units are whole groups persisted.
+    predict = _Stage("predict", [*flows, "predict", "--agent", "tiny", "-G", str(G), *as_of], env)
     n_questions = 0
 
     def add_questions() -> None:
@@ -152,41 +168,67 @@ def test_sigkill_at_random_points_of_predict_backfill_and_train(
             upsert_questions(session, _questions(n_questions, PER_ROUND))
         n_questions += PER_ROUND
 
+    def groups() -> int:
+        return count_rows(watch, f"SELECT count(*) FROM {RolloutRow.__tablename__}") // G
+
     add_questions()
     predict.run_whole()
     for _ in range(KILLS):
         add_questions()
-        killed["predict"] = killed.get("predict", 0) + predict.run_killed()
+        total = n_questions - groups()
+        predict.run_killed(_since(groups), _target(rng, total), total)
         _whole_groups_only(engine)
         assert invariants(engine).duplicate_rollouts == 0
     predict.run_whole()
     state = invariants(engine)
     assert (state.rollouts, state.duplicate_rollouts, state.held_claims) == (n_questions * G, 0, 0)
 
-    # backfill: each run finds PER_ROUND newly resolved questions.
-    # Its work is short next to the start-up, so its kill points lie late in the run (and
-    # before T: a run only slightly faster than the fastest whole one escapes a later kill).
-    backfill = _Stage(["backfill"], env, rng, window=(0.5, 1.0))
+    # backfill: each run finds PER_ROUND newly resolved questions; its units are rollouts
+    # scored (every reward function of the kind, one transaction).
+    fns = len(rewards_for_kind(QuestionKind.BINARY))
+    backfill = _Stage("backfill", [sys.executable, "-c", BACKFILL_ONE_ROLLOUT_A_TRANSACTION], env)
+
+    def scored() -> int:
+        return count_rows(
+            watch, f"SELECT count(DISTINCT rollout_id) FROM {RewardRow.__tablename__}"
+        )
+
     _resolve(engine, 0, PER_ROUND)
-    backfill.run_whole()
+    subprocess.run([*flows, "backfill"], env=env, check=True, capture_output=True, timeout=600)
     for round_ in range(1, KILLS + 1):
         _resolve(engine, round_ * PER_ROUND, PER_ROUND)
-        killed["backfill"] = killed.get("backfill", 0) + backfill.run_killed()
+        total = (round_ + 1) * PER_ROUND * G - scored()
+        backfill.run_killed(_since(scored), _target(rng, total), total)
         assert invariants(engine).duplicate_rewards == 0
-    backfill.run_whole()
+    backfill_cli = subprocess.run([*flows, "backfill"], env=env, capture_output=True, timeout=600)
+    assert backfill_cli.returncode == 0, backfill_cli.stderr.decode()[-3000:]
     with session_scope(engine) as session:
         rewards = int(session.scalar(select(func.count()).select_from(RewardRow)))
-    assert rewards == n_questions * G * len(rewards_for_kind(QuestionKind.BINARY))
+    assert rewards == n_questions * G * fns
     assert invariants(engine).duplicate_rewards == 0
 
-    # train: every run replays the same groups again (--reuse), so every run has work. The
-    # first update starts from the base model and is not like the rest: T is the shorter of
-    # two whole runs, or most kill points fall after a later, faster run has finished.
-    train = _Stage(["train", "--agent", "tiny", "--reuse", "--learning-rate", "1e-3"], env, rng)
+    # train: every run replays the same groups again (--reuse), so every run has the same
+    # work; its units are optimiser steps, which the stage records every STEP_FLUSH_EVERY.
+    train = _Stage(
+        "train",
+        [*flows, "train", "--agent", "tiny", "--reuse", "--learning-rate", "1e-3", *TRAIN],
+        env,
+    )
+
+    def last_run() -> int:
+        return count_rows(watch, f"SELECT coalesce(max(id), 0) FROM {TrainingRunRow.__tablename__}")
+
+    def steps_after(run_id: int) -> Callable[[], int]:
+        sql = f"SELECT count(*) FROM train_step WHERE training_run_id > {run_id}"
+        return lambda: count_rows(watch, sql)
+
+    before = last_run()
     train.run_whole()
-    train.run_whole()
+    steps = steps_after(before)()
+    recorded = list(range(STEP_FLUSH_EVERY, steps, STEP_FLUSH_EVERY))
+    assert recorded, f"a train run of {steps} steps records none before its end"
     for _ in range(KILLS):
-        killed["train"] = killed.get("train", 0) + train.run_killed()
+        train.run_killed(steps_after(last_run()), rng.choice(recorded), steps)
         state = invariants(engine)
         assert state.versions_without_matching_checkpoint == 0
     train.run_whole()
@@ -195,7 +237,8 @@ def test_sigkill_at_random_points_of_predict_backfill_and_train(
     with session_scope(engine) as session:
         statuses = list(session.scalars(select(TrainingRunRow.status)))
     assert "running" not in statuses
-    assert statuses.count("completed") == state.versions
+    assert statuses.count("completed") == state.versions == 2
+    assert statuses.count("failed") == KILLS  # each killed run, marked at the next start
     assert (state.duplicate_rollouts, state.duplicate_rewards, state.held_claims) == (0, 0, 0)
-    # Most draws must land inside the work, or the suite tests nothing.
-    assert all(n >= KILLS // 2 for n in killed.values()), killed
+    assert [len(s.kills) for s in (predict, backfill, train)] == [KILLS] * 3
+    watch.dispose()
