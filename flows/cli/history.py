@@ -20,6 +20,7 @@ from flows.cli.common import (
     writable_file,
     write_output,
 )
+from flows.cli.progress import progress_report
 
 export_app = typer.Typer(no_args_is_help=True, help="Export forecasts.")
 
@@ -123,7 +124,7 @@ def backtest_command(
     """Replay the daily cycle over imported history with a simulated clock: forecast what is
     open, reveal only outcomes resolved by the clock, backfill, train; then score every round
     against the reference on the same questions."""
-    from flows.stages.backtesting import BacktestOptions, run_backtest
+    from flows.stages.backtesting import BacktestOptions, BacktestRound, run_backtest
 
     try:
         options = BacktestOptions(
@@ -147,15 +148,19 @@ def backtest_command(
         folder = out or ctx.reports_dir / f"backtest-{agent}"
         if folder.exists() and not folder.is_dir():
             raise UserError(f"--out {folder}: is a file; give a folder")
-        report = run_backtest(
-            ctx,
-            options,
-            out_dir=folder,
-            on_round=lambda r: console.print(
-                f"{r.clock.date()}: v{r.policy_version}, {r.forecasts} rollouts, "
-                f"{r.rewards} rewards" + ("" if r.trained_to is None else f", → v{r.trained_to}")
-            ),
-        )
+        rounds = len(options.clocks())
+        with progress_report(console, f"backtest {agent}", rounds) as progress:
+
+            def on_round(r: BacktestRound) -> None:
+                trained = "" if r.trained_to is None else f", → v{r.trained_to}"
+                progress.update(  # a new description: a log line per round
+                    description=f"backtest {agent}: {r.clock.date()} done",
+                    advance=1,
+                    note=f"v{r.policy_version}, {r.forecasts} rollouts, {r.rewards} rewards"
+                    + trained,
+                )
+
+            report = run_backtest(ctx, options, out_dir=folder, on_round=on_round)
     for r in report.rounds:
         if r.brier is not None:
             console.print(

@@ -6,11 +6,11 @@ nothing fails the command (exit 1, one line); some failed items print "partial" 
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from flows.cli.common import (
     AsOfOption,
@@ -21,6 +21,7 @@ from flows.cli.common import (
     console,
     require_agent,
 )
+from flows.cli.progress import progress_report
 from flows.stages.problems import SourceStatus, any_failed
 from flows.stages.resolving import ManualVerdict, UnknownQuestion
 from futureworld.rewards import DEFAULT_REWARD, RewardFn
@@ -74,29 +75,20 @@ def predict_command(
     """Forecast every open question this agent's current policy has not forecast yet."""
     from flows.stages.predicting import predict
 
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rollouts]} rollouts · {task.fields[rate]}"),
-        TimeElapsedColumn(),
-    )
     with cli_context(db, as_of) as ctx:
         require_agent(ctx, agent)
-        with Progress(*columns, console=console) as progress:
-            task = progress.add_task(f"predict {agent}", total=limit, rollouts=0, rate="")
+        with progress_report(console, f"predict {agent}", limit) as progress:
             rollouts = 0
 
             def on_group(n: int) -> None:
                 nonlocal rollouts
                 rollouts += n
-                progress.advance(task)
-                elapsed = progress.tasks[task].elapsed or 1e-9
-                done = progress.tasks[task].completed
+                progress.update(advance=1)
+                elapsed = time.perf_counter() - progress.started
+                done = progress.completed
                 progress.update(
-                    task,
-                    rollouts=rollouts,
-                    rate=f"{done / elapsed:.1f} q/s, {rollouts / elapsed:.1f} r/s",
+                    note=f"{rollouts} rollouts · {done / elapsed:.1f} q/s, "
+                    f"{rollouts / elapsed:.1f} r/s"
                 )
 
             report = predict(ctx, agent, samples=samples, limit=limit, on_group=on_group)

@@ -49,7 +49,13 @@ from flows.stages.provisional import with_provisional_groups
 from flows.stages.serving import check_servable
 from flows.stages.train_options import TrainOptions
 from flows.stages.training_lock import one_update_per_agent
-from flows.tracking import ReportTo, log_update_step, log_update_summary, open_tracker
+from flows.tracking import (
+    ReportTo,
+    log_update_step,
+    log_update_summary,
+    log_version_scores,
+    open_tracker,
+)
 from flows.tracking_summary import update_summary
 from futureworld.domain import (
     Agent,
@@ -148,11 +154,13 @@ def _run_update(
     status: VersionStatus = VersionStatus.PROMOTED,
     status_reason: str = "",
     report_to: ReportTo | None = None,
-) -> tuple[TrainingRun, TrainResult, PolicyVersion]:
+    judge: Callable[[PolicyVersion], GateReport | None] | None = None,
+) -> tuple[TrainingRun, TrainResult, PolicyVersion, GateReport | None]:
     """Trains `parent` (default: `current`, the served version) into the version after the
     agent's newest registered one (a rejected version keeps its number), registered with
     `status`; a KL penalty anchors to version `kl_version`. Its steps and summary go to the
-    database and to the tracker (`report_to`, default the settings' FW_REPORT_TO)."""
+    database and to the tracker (`report_to`, default the settings' FW_REPORT_TO); `judge`
+    gates the registered version and its verdict goes to the tracker too (under eval/)."""
     from futureworld.rl.launch import train
 
     engine = ctx.engine
@@ -238,7 +246,6 @@ def _run_update(
     flush_steps()
     summary = update_summary(items, config, result)
     log_update_summary(tracker, number, summary)
-    tracker.finish()
 
     def register(session: Any) -> PolicyVersion:
         # Retried on a transient error: the checkpoint is on disk, only the rows are redone.
@@ -266,8 +273,16 @@ def _run_update(
         )
         return version
 
-    version = run_transaction(engine, register, what="train: register version")
-    return run, result, version
+    try:
+        version = run_transaction(engine, register, what="train: register version")
+        verdict = None if judge is None else judge(version)
+    except BaseException:
+        tracker.finish(failed=True)
+        raise
+    if verdict is not None:
+        log_version_scores(tracker, number, gate_scores(verdict))
+    tracker.finish()
+    return run, result, version, verdict
 
 
 @one_update_per_agent
@@ -349,7 +364,7 @@ def replay_and_train(
     if resume_from is None and not options.fresh_optimizer:
         resume_from = continued_optimizer(current, config)
     run_config["resumed_from"] = None if resume_from is None else str(resume_from)
-    run, result, version = _run_update(
+    run, result, version, verdict = _run_update(
         ctx,
         agent,
         current,
@@ -364,8 +379,8 @@ def replay_and_train(
         status=VersionStatus.PROMOTED if gate is None else VersionStatus.CANDIDATE,
         status_reason=GATE_OFF if gate is None else "",
         report_to=options.report_to,
+        judge=None if gate is None else lambda v: _gate(ctx, agent.name, v.version, gate),
     )
-    verdict = None if gate is None else _gate(ctx, agent.name, version.version, gate)
     return TrainReport(
         training_run_id=run.id,
         agent=agent.name,
@@ -397,6 +412,20 @@ def _gate(ctx: PipelineContext, agent_name: str, version: int, gate: GateOptions
     except GateError as error:
         log.warning("%s", error)
         return None
+
+
+def gate_scores(report: GateReport) -> dict[str, float]:
+    """The gate's verdict as tracker scalars: the candidate's validation Brier and parse rate,
+    its parent's, the questions scored and whether it was promoted (1) or rejected (0)."""
+    scores = {
+        "validation/questions": float(report.questions),
+        "validation/promoted": float(report.status is VersionStatus.PROMOTED),
+    }
+    for side, health in (("", report.candidate), ("parent_", report.parent)):
+        if health is not None:
+            scores[f"validation/{side}brier"] = health.brier
+            scores[f"validation/{side}parse_rate"] = health.parse_rate
+    return scores
 
 
 def _gate_left_candidates(ctx: PipelineContext, agent_name: str, gate: GateOptions) -> None:
@@ -447,7 +476,7 @@ def supervised_finetune(
         device=ctx.settings.device, lora=lora
     )
     run_config = {"train": config.to_json(), "sft_examples": len(trajectories)}
-    run, result, version = _run_update(
+    run, result, version, _ = _run_update(
         ctx,
         agent,
         current,

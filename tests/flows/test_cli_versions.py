@@ -188,6 +188,9 @@ def test_train_reports_to_tensorboard_and_versions_prints_the_updates_health(
     assert [e.step for e in events.Scalars("train/loss")] == list(range(1, steps + 1))
     assert events.Scalars("update/groups")[0].value == 3.0
     assert events.Scalars("update/groups")[0].step == 1  # the version it produced
+    verdict = events.Scalars("eval/validation/promoted")  # the gate's, at the same version
+    assert [(e.step, e.value) for e in verdict] == [(1, 1.0)]
+    assert events.Scalars("eval/validation/questions")[0].value == 0.0
 
     code, out, err = _run(["versions", "--agent", "tiny", *db], capfd, monkeypatch, tmp_path)
     assert code == 0, err

@@ -1,0 +1,50 @@
+"""Progress of long CLI work: in a terminal a bar with done/total, percentage and ETA; in a
+log a line per step and a heartbeat line at least every heartbeat_s, with the same figures."""
+
+from __future__ import annotations
+
+import io
+import time
+
+from rich.console import Console
+
+from flows.cli.progress import progress_report
+
+
+def _log_console() -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return Console(file=buffer, force_terminal=False, width=200), buffer
+
+
+def test_a_log_gets_a_heartbeat_with_done_total_percentage_and_eta_while_nothing_changes():
+    console, buffer = _log_console()
+    with progress_report(console, "warm start", 10, heartbeat_s=0.05) as progress:
+        progress.update(completed=3, note="loss 0.7")
+        deadline = time.monotonic() + 60  # a failure guard, not the trigger
+        while buffer.getvalue().count("warm start 3/10") < 3:
+            assert time.monotonic() < deadline, buffer.getvalue()
+            time.sleep(0.01)
+        progress.update(description="rounds", completed=4)
+    lines = buffer.getvalue().splitlines()
+    beats = [line for line in lines if "warm start 3/10 (30%) ETA" in line]
+    assert len(beats) >= 3 and all(line.endswith(", loss 0.7") for line in beats)
+    assert "] warm start" in lines[0]  # the first line, before any update
+    assert any("rounds 4/10 (40%)" in line for line in lines)  # a new step: a line at once
+    assert "rounds 4/10" in lines[-1]  # and a last line when the work ends
+
+
+def test_without_a_total_a_log_line_counts_what_is_done():
+    console, buffer = _log_console()
+    with progress_report(console, "predict tiny", heartbeat_s=3600) as progress:
+        progress.update(advance=5)
+    assert buffer.getvalue().splitlines()[-1].endswith("predict tiny 5 done")
+
+
+def test_a_terminal_shows_a_bar_with_done_total_percentage_and_eta():
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=160)
+    with progress_report(console, "backtest tiny", 8) as progress:
+        progress.update(advance=2, note="v3")
+    text = buffer.getvalue()
+    assert "backtest tiny" in text and "2/8" in text and "25%" in text
+    assert "ETA" in text and "v3" in text
