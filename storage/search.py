@@ -13,28 +13,32 @@ dropped, words stemmed; SQLite: FTS5's porter tokenizer), at most MAX_TERMS of t
    first (SQLite: every word in the title, then the rest), then the more recently visible.
 2. Then articles matching some of the words, the rarer the words they match the earlier:
    Postgres sums, over the words an article matches, ln(1 + TERM_WINDOW / n), n the word's
-   matches visible at the cut-off counted up to TERM_WINDOW (a word in more than TERM_WINDOW
-   articles weighs ln 2), then headline words; SQLite ranks by bm25 (title 3, summary 2,
-   body 1), which weighs a word by its rarity the same way.
+   matches visible at the cut-off counted up to TERM_WINDOW (a word with TERM_WINDOW matches
+   or more weighs ln 2), then counts headline words; SQLite ranks by bm25 (title 3,
+   summary 2, body 1), whose inverse document frequency weighs words in the same spirit.
 Remaining ties go to the more recently visible article, then the higher id.
 
 Why not ts_rank_cd (or bm25 among articles matching every word): both count occurrences, and
 stemming makes "Local reporters" a second "report" and "Industry watchers" a second
 "industries", so an older article outranks the question's own evidence; bm25's length
-normalisation puts a short resolution report of an earlier question first. On the research
-world (tests/storage/test_search.py) entity-and-event queries find the evidence first for 0.80
-of questions with this rule, 0.74 with ts_rank_cd after the word count, 0.46 with bm25.
+normalisation puts a short resolution report of an earlier question first. On 50 questions of
+the research world (tests/storage/test_search.py) "<entity> <event>" finds the question's own
+evidence first for 0.80 of them with this rule (both databases), 0.74 with ts_rank_cd after
+the word count (Postgres), 0.46 with bm25 alone (SQLite).
 
-Cost on Postgres, bounded whatever the corpus: the candidates are the ALL_TERMS_WINDOW newest
+Cost on Postgres, bounded whatever the corpus: the candidates are the RANKED_WINDOW newest
 articles matching every word and, for each word alone, its TERM_WINDOW newest matches, so a
 frequent word ("2026" from a date, "new") cannot crowd out a rare one's matches (an entity's
-name brings all its recent articles). Each window is one statement the planner runs either as
-a GIN bitmap (rare words) or as a backward scan of the (visible_at, id) index (migration 0006)
-that stops after the window (frequent words), choosing from the search vector's statistics
-(target 1000, migration 0003); plan_cache_mode = force_custom_plan keeps it from reusing a
-generic plan that knows no word. A search visits at most ALL_TERMS_WINDOW + MAX_TERMS x
-TERM_WINDOW rows (benchmarks/search_latency.py). SQLite's FTS5 reads every match of the
-query's words (its corpora are smaller; the benchmark measures both).
+name brings its recent articles). Each window is one part of the statement the planner runs
+either as a GIN bitmap (rare words) or as a backward scan of the (visible_at, id) index
+(migration 0006) that stops once the window is full (frequent words), choosing from the search
+vector's statistics (target 1000, migration 0003); plan_cache_mode = force_custom_plan keeps it
+from reusing a generic plan that knows no word. At most RANKED_WINDOW + MAX_TERMS x TERM_WINDOW
+candidates are ranked, but filling a window of a word (or of all words) in a fraction f of the
+articles visits about window / f rows, or all f x N of them through the GIN bitmap, whichever
+the planner finds cheaper: a search costs about twice what the former ranking of the 50 newest
+matches of any word cost, which ignored the rarer words (benchmarks/search_latency.py).
+SQLite's FTS5 reads every match of the query's words (its corpora are smaller).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from sqlalchemy import Engine, bindparam, text
+from sqlalchemy import Engine, TextClause, bindparam, select, text
 from sqlalchemy.orm import Session
 
 from futureworld.domain import Article, require_utc
@@ -50,11 +54,11 @@ from storage.repositories.articles import article_from_row
 from storage.tables import ArticleRow
 from storage.types import UTCDateTime
 
-ALL_TERMS_WINDOW = 500
-"""Postgres ranks the newest ALL_TERMS_WINDOW articles matching every word of the query (all
-of them when there are fewer)."""
-TERM_WINDOW = 50
-"""Postgres also ranks, for each word of the query, its newest TERM_WINDOW matches."""
+RANKED_WINDOW = 50
+"""Postgres ranks the RANKED_WINDOW newest articles matching every word of the query (all of
+them where there are fewer)..."""
+TERM_WINDOW = 10
+"""...and, for each of its words, the TERM_WINDOW newest articles matching it."""
 MAX_TERMS = 16
 """Words of a query beyond the first MAX_TERMS are ignored."""
 MAX_QUERY_CHARS = 1000
@@ -62,6 +66,7 @@ MAX_QUERY_CHARS = 1000
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Bound through the column type so SQLite compares its stored (naive UTC) format exactly.
 _AS_OF = bindparam("as_of", type_=UTCDateTime())
+_COLUMNS = ", ".join(f"a.{column.name}" for column in ArticleRow.__table__.columns)
 
 
 def query_terms(query: str) -> list[str]:
@@ -94,11 +99,10 @@ class ArticleCorpus:
             return []
         with Session(self._engine) as session:
             if self._dialect == "postgresql":
-                ids = self._search_postgres(session, query, as_of, k)
+                rows = self._search_postgres(session, query, as_of, k)
             else:
-                ids = self._search_sqlite(session, terms, as_of, k)
-            rows = {row.id: row for row in session.query(ArticleRow).filter(ArticleRow.id.in_(ids))}
-            return [article_from_row(rows[i]) for i in ids if i in rows]
+                rows = self._search_sqlite(session, terms, as_of, k)
+            return [article_from_row(row) for row in rows]
 
     def open(self, article_id: int, as_of: datetime) -> Article | None:
         as_of = require_utc(as_of, "as_of")
@@ -109,75 +113,101 @@ class ArticleCorpus:
             return article_from_row(row)
 
     @staticmethod
-    def _search_postgres(session: Session, query: str, as_of: datetime, k: int) -> list[int]:
+    def _search_postgres(session: Session, query: str, as_of: datetime, k: int) -> list[ArticleRow]:
         lexemes = postgres_lexemes(session, query)
         if not lexemes:
             return []
-        session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-        params: dict[str, object] = {"as_of": as_of, "k": k, "term_window": TERM_WINDOW}
-        params["all"], params["all_window"] = tsquery_literal(lexemes, "&"), ALL_TERMS_WINDOW
-        windows = [f"w_all AS {_newest_matches('all', 'all_window')}"]
-        every, rarity, headline = [], [], []
+        params: dict[str, object] = {
+            "as_of": as_of,
+            "k": k,
+            "window": RANKED_WINDOW,
+            "term_window": TERM_WINDOW,
+        }
+        params["all"] = tsquery_literal(lexemes, "&")
+        windows, every, rarity, headline = [], [], [], []
+        if len(lexemes) > 1:  # else the word's own window is the all-words window
+            windows.append(f"w_all AS {_newest_matches('all', 'window')}")
+            every.append("SELECT id FROM w_all")
         for i, lexeme in enumerate(lexemes):
             params[f"t{i}"] = tsquery_literal([lexeme], "&")
             params[f"h{i}"] = params[f"t{i}"] + ":A"
-            windows.append(f"w{i} AS {_newest_matches(f't{i}', 'term_window')}")
-            every.append(f"(SELECT id FROM w{i})")
-            matched = f"(a.search_vector @@ CAST(:t{i} AS tsquery))"
+            windows.append(
+                f"w{i} AS {_newest_matches(f't{i}', 'term_window' if windows else 'window')}"
+            )
+            every.append(f"SELECT id FROM w{i}")
             # The word's rarity: ln(1 + TERM_WINDOW / its matches, counted up to TERM_WINDOW).
             matches = f"greatest(1, (SELECT count(*) FROM w{i}))"
-            rarity.append(f"{matched}::int * ln(1 + CAST(:term_window AS float8) / {matches})")
-            headline.append(f"(a.search_vector @@ CAST(:h{i} AS tsquery))::int")
-        rows = session.execute(
-            text(
-                f"WITH {', '.join(windows)}, "
-                f"candidate AS (SELECT id FROM w_all UNION {' UNION '.join(every)}) "
-                "SELECT a.id FROM article a JOIN candidate USING (id) "
-                "ORDER BY (a.search_vector @@ CAST(:all AS tsquery)) DESC, "
-                f"{' + '.join(rarity)} DESC, {' + '.join(headline)} DESC, "
-                "a.visible_at DESC, a.id DESC LIMIT :k"
-            ).bindparams(_AS_OF),
-            params,
-        ).all()
-        return [r[0] for r in rows]
+            rarity.append(
+                f"(v @@ CAST(:t{i} AS tsquery))::int "
+                f"* ln(1 + CAST(:term_window AS float8) / {matches})"
+            )
+            headline.append(f"(v @@ CAST(:h{i} AS tsquery))::int")
+        # Each candidate's vector is decompressed once (`|| ''` makes a plain copy), not once
+        # per word it is tested for; only the k best rows are read whole.
+        statement = text(
+            f"WITH {', '.join(windows)}, candidate AS MATERIALIZED ("
+            "  SELECT id, visible_at, search_vector || ''::tsvector AS v FROM article"
+            f"  WHERE id IN ({' UNION ALL '.join(every)})"
+            "), best AS ("
+            "  SELECT id, row_number() OVER (ORDER BY (v @@ CAST(:all AS tsquery)) DESC, "
+            f"  {' + '.join(rarity)} DESC, {' + '.join(headline)} DESC, "
+            "  visible_at DESC, id DESC) AS place FROM candidate"
+            ") "
+            f"SELECT {_COLUMNS} FROM article a JOIN best USING (id) "
+            "WHERE best.place <= :k ORDER BY best.place"
+        ).bindparams(_AS_OF)
+        return _article_rows(session, statement, params)
 
     @staticmethod
-    def _search_sqlite(session: Session, terms: list[str], as_of: datetime, k: int) -> list[int]:
+    def _search_sqlite(
+        session: Session, terms: list[str], as_of: datetime, k: int
+    ) -> list[ArticleRow]:
         quoted = [f'"{t}"' for t in terms]
-        newest = "article.visible_at DESC, article.id DESC"
+        newest = "a.visible_at DESC, a.id DESC"
         tiers = [
             (" AND ".join(f"title : {q}" for q in quoted), newest),
             (" AND ".join(quoted), newest),
-            (" OR ".join(quoted), f"bm25(article_fts, 3.0, 2.0, 1.0), {newest}"),
         ]
-        ids: list[int] = []
+        if len(quoted) > 1:
+            tiers.append((" OR ".join(quoted), f"bm25(article_fts, 3.0, 2.0, 1.0), {newest}"))
+        rows: list[ArticleRow] = []
         for match, order in tiers:
-            if len(ids) >= k:
+            if len(rows) >= k:
                 break
-            rows = session.execute(
-                text(
-                    "SELECT article.id FROM article_fts "
-                    "JOIN article ON article.id = article_fts.rowid "
-                    "WHERE article_fts MATCH :q AND article.visible_at <= :as_of "
-                    f"AND article.id NOT IN :seen ORDER BY {order} LIMIT :k"
-                ).bindparams(_AS_OF, bindparam("seen", expanding=True)),
-                {"q": match, "as_of": as_of, "k": k - len(ids), "seen": ids},
-            ).all()
-            ids.extend(r[0] for r in rows)
-        return ids
+            statement = text(
+                f"SELECT {_COLUMNS} FROM article_fts JOIN article a ON a.id = article_fts.rowid "
+                "WHERE article_fts MATCH :q AND a.visible_at <= :as_of "
+                f"AND a.id NOT IN :seen ORDER BY {order} LIMIT :k"
+            ).bindparams(_AS_OF, bindparam("seen", expanding=True))
+            seen = [row.id for row in rows]
+            params = {"q": match, "as_of": as_of, "k": k - len(rows), "seen": seen}
+            rows.extend(_article_rows(session, statement, params))
+        return rows
 
 
 def postgres_lexemes(session: Session, query: str) -> list[str]:
     """The lexemes Postgres's 'english' configuration makes of `query`, in the order their
-    words first appear, at most MAX_TERMS: the words a search vector would hold."""
+    words first appear, at most MAX_TERMS: the words a search vector would hold.
+
+    In the same round trip, the session's transaction is set to plan every later statement
+    for its own parameter values (SET LOCAL plan_cache_mode = force_custom_plan)."""
     rows = session.execute(
         text(
-            "SELECT lexeme FROM unnest(to_tsvector('english', :q)) "
+            "SELECT lexeme FROM unnest(to_tsvector('english', :q)), "
+            "set_config('plan_cache_mode', 'force_custom_plan', true) AS mode "
             "ORDER BY positions[1], lexeme LIMIT :n"
         ),
         {"q": query[:MAX_QUERY_CHARS].replace("\x00", " "), "n": MAX_TERMS},
     ).all()
     return [r[0] for r in rows]
+
+
+def _article_rows(
+    session: Session, statement: TextClause, params: dict[str, object]
+) -> list[ArticleRow]:
+    """The ArticleRows a textual query selecting _COLUMNS returns, in its order."""
+    typed = statement.columns(*ArticleRow.__table__.columns)
+    return list(session.scalars(select(ArticleRow).from_statement(typed), params))
 
 
 def _newest_matches(query_param: str, window_param: str) -> str:
