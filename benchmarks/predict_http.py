@@ -29,8 +29,11 @@ ratio falls well below the target (see README, Benchmarks).
 from __future__ import annotations
 
 import argparse
+import heapq
+import itertools
 import os
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,8 +41,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from loopback_completions import (
     LoadStats,
+    ScriptedCompletions,
     SimulatedPolicy,
     fetch_stats,
     reset_stats,
@@ -47,13 +52,16 @@ from loopback_completions import (
 )
 from predict_throughput import CUTOFF, bench_questions
 from sqlalchemy import create_engine, text
+from transformers import AutoTokenizer
 
 from flows.context import build_context, open_engine
 from flows.settings import Settings
 from flows.stages.predicting import predict
 from futureworld.agent.engine import run_group
-from futureworld.agent.loop import rollout_seed
-from futureworld.domain import Agent, BackendKind, GenerationSettings
+from futureworld.agent.loop import rollout_seed, turn_seed
+from futureworld.agent.parsing import ACTION_STOP_STRINGS
+from futureworld.agent.prompts import encode_prompt
+from futureworld.domain import Agent, BackendKind, GenerationSettings, Question
 from futureworld.policy.openai_http import HttpBackendConfig, OpenAIHttpBackend
 from futureworld.policy.tiny import init_tiny_model
 from storage.engine import session_scope
@@ -141,7 +149,13 @@ def main() -> None:
             after = Run(
                 "predict (engine)", time.perf_counter() - started, report.rollouts, fetch_stats(url)
             )
-            runs = [after]
+            with session_scope(engine) as session:
+                questions = list_questions(session)
+            closed = _closed_loop(
+                url, model_dir, questions[0], after.load.requests, concurrency, args.new_tokens
+            )
+            bound = _perfect_client(model_dir, policy, questions, args, generation, concurrency)
+            runs = [after, closed]
             if not args.skip_before:
                 runs.append(_one_question_at_a_time(ctx, url, model_dir, generation, args))
             engine.dispose()
@@ -150,15 +164,107 @@ def main() -> None:
         f"{args.per_token_ms:g} ms/token, turns of {args.min_new_tokens}–"
         f"{args.new_tokens} tokens ({args.min_new_tokens * args.per_token_ms:g}–"
         f"{args.new_tokens * args.per_token_ms:g} ms a request), search rate "
-        f"{args.search_rate:g}, max_turns {args.max_turns}; {args.questions} questions × G = {args.samples}; max_concurrency "
-        f"{concurrency}; ideal {ideal:.0f} tokens/s (max_concurrency / per-token time)"
+        f"{args.search_rate:g}, max_turns {args.max_turns}; {args.questions} questions × G = "
+        f"{args.samples}; max_concurrency {concurrency}; ideal {ideal:.0f} tokens/s "
+        "(max_concurrency / per-token time)"
     )
     for run in runs:
         print(run.line(concurrency, ideal))
-    if len(runs) == 2:
-        speedup = (after.load.tokens / after.wall_s) / (runs[1].load.tokens / runs[1].wall_s)
+    print(
+        f"a perfect client (no time between a response and the next request, the engine's "
+        f"order): in flight mean {bound:5.1f} = {bound / concurrency:.2f} × max_concurrency"
+    )
+    in_flight = after.load.mean_in_flight
+    print(
+        f"predict's in flight over the closed loop's: {in_flight / closed.load.mean_in_flight:.2f}"
+        f"; over a perfect client's: {in_flight / bound:.2f}"
+    )
+    if len(runs) == 3:
+        speedup = (after.load.tokens / after.wall_s) / (runs[2].load.tokens / runs[2].wall_s)
         print(f"tokens/s, predict over one question at a time: {speedup:.1f}×")
     print(f"target: in flight >= {0.9 * concurrency:.1f} (0.9 × max_concurrency)")
+
+
+def _closed_loop(
+    url: str, model_dir: Path, question: Question, requests: int, concurrency: int, max_tokens: int
+) -> Run:
+    """The transport's own ceiling on this machine now: `concurrency` threads on one shared
+    connection pool, each sending its next request the moment its last one returns (one
+    question's prompt, no engine, no database), as many requests as predict sent."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    prompt = encode_prompt(tokenizer, question, as_of=CUTOFF)
+    keys = itertools.count()
+    client = httpx.Client(
+        base_url=url,
+        timeout=300.0,
+        limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+    )
+
+    def send() -> None:
+        while (key := next(keys)) < requests:
+            body = {
+                "model": "model",
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "seed": key,
+                "stop": list(ACTION_STOP_STRINGS),
+                "logprobs": 1,
+            }
+            client.post("/v1/completions", json=body).raise_for_status().json()
+
+    threads = [threading.Thread(target=send) for _ in range(concurrency)]
+    reset_stats(url)
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall_s = time.perf_counter() - started
+    client.close()
+    return Run("closed loop (no engine)", wall_s, 0, fetch_stats(url))
+
+
+def _perfect_client(
+    model_dir: Path,
+    policy: SimulatedPolicy,
+    questions: list[Question],
+    args: argparse.Namespace,
+    generation: GenerationSettings,
+    concurrency: int,
+) -> float:
+    """Mean requests in flight of a client that loses no time between a response and the
+    next request, scheduling as the engine does (earlier groups' requests first, every
+    group's first turns ready at once): the turns the scripted server will give each
+    rollout, list-scheduled on `concurrency` slots. Its shortfall from max_concurrency is
+    the drain of the last requests, which no client can avoid."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    script = ScriptedCompletions(tokenizer, policy)
+    stops = list(ACTION_STOP_STRINGS)
+
+    def turn(seed: int) -> tuple[float, bool]:
+        choice = script.complete({"max_tokens": args.new_tokens, "seed": seed, "stop": stops})
+        duration = policy.prefill_s + len(choice["token_ids"]) * policy.per_token_s
+        return duration, choice["stop_reason"] == "</search>"
+
+    ready: list[tuple[int, int, int, int, int]] = []  # (group, key, sample, seed, turn)
+    keys = itertools.count()
+    for order, question in enumerate(sorted(questions, key=lambda q: q.id or 0)):
+        assert question.id is not None
+        for sample in range(args.samples):
+            seed = rollout_seed(generation.seed, question.id, 0, sample)
+            heapq.heappush(ready, (order, next(keys), sample, seed, 0))
+    running: list[tuple[float, int, int, int, int, bool]] = []
+    now = busy = 0.0
+    while ready or running:
+        while ready and len(running) < concurrency:
+            order, _, sample, seed, turn_no = heapq.heappop(ready)
+            duration, searched = turn(turn_seed(seed, turn_no))
+            busy += duration
+            heapq.heappush(running, (now + duration, order, sample, seed, turn_no, searched))
+        now, order, sample, seed, turn_no, searched = heapq.heappop(running)
+        if searched and turn_no + 1 < generation.max_turns:
+            heapq.heappush(ready, (order, next(keys), sample, seed, turn_no + 1))
+    return busy / now
 
 
 @contextmanager
