@@ -204,21 +204,38 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()}
 
 
-LINEAGE_PLOTS = (
-    ("validation Brier", "validation_brier"),
-    ("validation parse rate", "validation_parse_rate"),
-    ("identical-answer groups", "identical_answer_group_fraction"),
-    ("entropy / token", "entropy_mean"),
-    ("kl_prox (max)", "kl_prox_max"),
-    ("sampler gap", "sampler_gap_mean"),
+DASHBOARD_PLOTS = (
+    ("Brier by version", ("brier", "validation_brier")),
+    ("ECE by version", ("ece",)),
+    ("parse rate by version", ("parse_rate", "validation_parse_rate")),
+    ("reward and staleness by update", ("reward_mean", "staleness_mean")),
+    ("entropy and kl_prox by update", ("entropy_mean", "kl_prox_max")),
+    ("identical-answer groups by update", ("identical_answer_group_fraction",)),
 )
-"""The per-version figures the lineage artifact plots, one panel each (x: the version)."""
+"""The dashboard's panels: a title and the per-version figures it plots (x: the version)."""
+REFERENCE_PANEL = "Brier by version"
+"""The panel that carries the reference lines (the crowd, the base model, the warm start)."""
+_LABELS = {
+    "brier": "live Brier",
+    "validation_brier": "validation Brier (gate)",
+    "ece": "live ECE",
+    "parse_rate": "live parse rate",
+    "validation_parse_rate": "validation parse rate (gate)",
+    "reward_mean": "mean reward",
+    "staleness_mean": "mean staleness",
+    "entropy_mean": "entropy / token",
+    "kl_prox_max": "kl_prox (max)",
+    "identical_answer_group_fraction": "share of groups",
+}
 
 
-def lineage_rows(
-    versions: Sequence[Any], health: Mapping[int, Mapping[str, float]]
+def dashboard_rows(
+    versions: Sequence[Any],
+    health: Mapping[int, Mapping[str, float]],
+    live: Mapping[int, Mapping[str, float]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per policy version: its status and gate figures, and its update's health."""
+    """One row per policy version: its status and gate figures, its update's health and, from
+    the latest evaluate, its live scores (brier, ece, parse_rate, n)."""
     rows = []
     for v in versions:
         row: dict[str, Any] = {
@@ -230,57 +247,113 @@ def lineage_rows(
             "validation_parse_rate": v.validation_parse_rate,
         }
         row |= dict(health.get(v.version, {}))
+        row |= dict((live or {}).get(v.version, {}))
         row["reason"] = v.status_reason
         rows.append(row)
     return rows
 
 
-def publish_lineage(
-    agent: str, rows: Sequence[Mapping[str, Any]], *, reports_dir: Path, run_key: str
+def live_scores(rows: Sequence[ScoreRow], agent: str) -> dict[int, dict[str, float]]:
+    """Each version's overall live scores from an evaluate's rows (source, domain and round
+    pooled)."""
+    return {
+        r.policy_version: {"brier": r.brier, "ece": r.ece, "parse_rate": r.parse_rate, "n": r.n}
+        for r in rows
+        if r.agent == agent
+        and r.policy_version is not None
+        and r.source is None
+        and getattr(r, "domain", None) is None
+        and getattr(r, "round", None) is None
+    }
+
+
+def publish_dashboard(
+    agent: str,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    references: Mapping[str, float],
+    reports_dir: Path,
+    run_key: str,
 ) -> Path:
-    """The agent's versions as one artifact, updated after every update: a table of each
-    version's status, gate verdict and update health, and the health plotted by version."""
-    path = plot_lineage(rows, reports_dir / f"lineage-{artifact_key(agent)}-{run_key}.png")
-    header = ["version", "status", "validation Brier", "parse rate", "identical", "entropy"]
-    header += ["kl_prox max", "reason"]
-    keys = ["validation_brier", "validation_parse_rate", "identical_answer_group_fraction"]
-    keys += ["entropy_mean", "kl_prox_max"]
-    lines = [f"# {agent}: versions", "", "| " + " | ".join(header) + " |"]
-    lines.append("|" + "---|" * len(header))
+    """The agent's run dashboard, one artifact updated after every update and every evaluate:
+    each version's status, gate verdict, live scores and update health as a table, and the
+    curves across versions (Brier, ECE and parse rate with the reference lines; reward and
+    staleness, entropy and kl_prox, identical-answer groups by update) as a PNG."""
+    path = plot_dashboard(
+        rows, references, reports_dir / f"dashboard-{artifact_key(agent)}-{run_key}.png"
+    )
+    columns = [
+        ("version", None),
+        ("status", None),
+        ("n questions", "n"),
+        ("live Brier", "brier"),
+        ("ECE", "ece"),
+        ("parse rate", "parse_rate"),
+        ("validation Brier", "validation_brier"),
+        ("mean reward", "reward_mean"),
+        ("staleness", "staleness_mean"),
+        ("entropy", "entropy_mean"),
+        ("kl_prox max", "kl_prox_max"),
+        ("identical", "identical_answer_group_fraction"),
+        ("reason", None),
+    ]
+    lines = [f"# {agent}: run dashboard", ""]
+    if references:
+        named = ", ".join(f"{name} {value:.4f}" for name, value in references.items())
+        lines += [f"Reference Brier: {named}.", ""]
+    lines += ["| " + " | ".join(c for c, _ in columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         cells = [f"v{row['version']}", str(row["status"])]
-        cells += [_number(row.get(k)) for k in keys] + [_cell(str(row.get("reason") or ""))]
+        cells += [_number(row.get(key)) for _, key in columns[2:-1]]
+        cells.append(_cell(str(row.get("reason") or "")))
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", _image_markdown("health by version", path)]
+    lines += ["", _image_markdown("curves across versions", path)]
     create_markdown_artifact(
         markdown="\n".join(lines),
-        key=artifact_key("lineage", agent),
-        description=f"{agent}: every version's gate verdict and update health",
+        key=artifact_key("dashboard", agent),
+        description=f"{agent}: scores, gate verdicts and update health by version",
     )
     return path
 
 
-def plot_lineage(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """One panel per LINEAGE_PLOTS figure against the version; rejected versions in red. A
-    panel with nothing to show says so in its frame."""
+def plot_dashboard(
+    rows: Sequence[Mapping[str, Any]], references: Mapping[str, float], path: Path
+) -> Path:
+    """One panel per DASHBOARD_PLOTS entry against the version, rejected versions marked in
+    red, the references as dashed lines on the Brier panel; a panel with nothing recorded yet
+    says so in its frame."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(12, 6))
+    fig = Figure(figsize=(14, 7.5))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(2, (len(LINEAGE_PLOTS) + 1) // 2).ravel()
-    for ax, (title, key) in zip(axes, LINEAGE_PLOTS, strict=False):
-        points = [(r["version"], r[key], r["status"]) for r in rows if r.get(key) is not None]
-        if points:
-            ax.plot([x for x, _, _ in points], [y for _, y, _ in points], marker="o")
-            bad = [(x, y) for x, y, s in points if s == "rejected"]
+    axes = fig.subplots(2, 3).ravel()
+    for ax, (title, keys) in zip(axes, DASHBOARD_PLOTS, strict=True):
+        drawn = False
+        for key in keys:
+            points = [(r["version"], r[key], r["status"]) for r in rows if r.get(key) is not None]
+            if not points:
+                continue
+            drawn = True
+            ax.plot([x for x, _, _ in points], [y for _, y, _ in points], marker="o",
+                    label=_LABELS[key])  # fmt: skip
+            bad = [(x, y) for x, y, status in points if status == "rejected"]
             if bad:
-                ax.scatter(*zip(*bad, strict=True), color="red", zorder=3, label="rejected")
-                ax.legend(loc="best", fontsize=8)
+                ax.scatter(*zip(*bad, strict=True), color="red", zorder=3, s=60)
+        if title == REFERENCE_PANEL:
+            for (name, value), style in zip(references.items(), ("--", ":", "-."), strict=False):
+                ax.axhline(value, linestyle=style, color="grey", label=name)
+                drawn = True
+        if drawn:
+            ax.legend(loc="best", fontsize=8)
         else:
-            ax.text(0.5, 0.5, "not recorded yet", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, "nothing recorded yet", ha="center", va="center",
+                    transform=ax.transAxes, color="grey")  # fmt: skip
         ax.set(xlabel="version", title=title)
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
+    if any(r["status"] == "rejected" for r in rows):
+        fig.suptitle("red: versions the promotion gate rejected (never served)", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=100)

@@ -39,7 +39,9 @@ from flows.stages.promotion import version_health, version_lineage
 from flows.stages.provisional import ProvisionalReport, write_provisional_rewards
 from flows.stages.resolving import ResolveReport, resolve
 from flows.stages.serving import ServeReport, serve_current_version
-from flows.stages.training import TrainOptions, TrainReport, replay_and_train
+from flows.stages.training import SUPERVISED, TrainOptions, TrainReport, replay_and_train
+from futureworld.baselines import Baseline
+from futureworld.evaluation import ScoreRow
 from futureworld.rewards import RewardFn
 from futureworld.rl.config import Estimator
 from storage.engine import session_scope
@@ -175,6 +177,33 @@ def _publish_evaluation(ctx: PipelineContext, evaluation: Evaluation) -> None:
     artifacts.publish_scores(
         evaluation.rows, evaluation.records, reports_dir=ctx.reports_dir, run_key=ctx.run_key
     )
+    for name in sorted({r.agent for r in evaluation.rows if r.agent is not None}):
+        if ctx.agent(name).backend.generates:
+            _publish_dashboard(ctx, name, evaluation.rows)
+
+
+def _publish_dashboard(
+    ctx: PipelineContext, agent: str, scores: Sequence[ScoreRow] | None = None
+) -> None:
+    """The agent's run dashboard (artifacts.publish_dashboard): after an update with the gate's
+    and the updates' figures, after an evaluate also with each version's live scores and the
+    references: the crowd's Brier, the base model's (v0) and the warm start's (a supervised
+    version) where evaluate scored them."""
+    live = {} if scores is None else artifacts.live_scores(scores, agent)
+    versions = version_lineage(ctx, agent)
+    references: dict[str, float] = {}
+    crowd = artifacts.live_scores(scores or (), Baseline.CROWD.value)
+    if crowd:  # the crowd baseline has one version
+        references["crowd"] = crowd[min(crowd)]["brier"]
+    if 0 in live:
+        references["base v0"] = live[0]["brier"]
+    warm = [v.version for v in versions if v.status_reason == SUPERVISED and v.version in live]
+    if warm:
+        references[f"warm start v{warm[-1]}"] = live[warm[-1]]["brier"]
+    rows = artifacts.dashboard_rows(versions, version_health(ctx, agent), live)
+    artifacts.publish_dashboard(
+        agent, rows, references=references, reports_dir=ctx.reports_dir, run_key=ctx.run_key
+    )
 
 
 def _publish_training(ctx: PipelineContext, agent: str, report: TrainReport | None) -> None:
@@ -187,8 +216,7 @@ def _publish_training(ctx: PipelineContext, agent: str, report: TrainReport | No
     artifacts.publish_training(
         agent, list(report.steps), reports_dir=ctx.reports_dir, run_key=ctx.run_key, title=title
     )
-    rows = artifacts.lineage_rows(version_lineage(ctx, agent), version_health(ctx, agent))
-    artifacts.publish_lineage(agent, rows, reports_dir=ctx.reports_dir, run_key=ctx.run_key)
+    _publish_dashboard(ctx, agent)
     if report.gate is not None:
         verdict = f"{report.status} ({report.gate.reason})"
         get_run_logger().info("%s v%d: %s", agent, report.to_version, verdict)

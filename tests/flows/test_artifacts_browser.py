@@ -4,9 +4,10 @@ artifact's page loaded in headless Chromium, driven over the DevTools protocol u
 single-page app has rendered. Both UIs are checked: V2 (the default under /v2) and V1 (/).
 
 The score table must render as an HTML table holding the agents and their Brier scores, and
-the reliability diagram and training curves as `<img>` elements whose source is the PNG
-itself (a `data:image/png;base64,…` URI with the bytes of the file under reports) and which
-the browser decoded (natural width = the PNG's width), never a `file://` path.
+the reliability diagram, the training curves and the run dashboard (curves across four
+versions) as `<img>` elements whose source is the PNG itself (a `data:image/png;base64,…` URI
+with the bytes of the file under reports) and which the browser decoded (natural width = the
+PNG's width), never a `file://` path.
 
 Chromium is required: a missing browser fails the test (`make test` installs it with
 infra/browser/ensure_chromium.sh). Screenshots of every page are left in the test's tmp dir.
@@ -44,6 +45,7 @@ from flows.orchestration.artifacts import (
     RELIABILITY_KEY,
     SCORE_TABLE_KEY,
     artifact_key,
+    publish_dashboard,
     publish_training,
 )
 from flows.orchestration.pipeline import evaluate_flow
@@ -59,6 +61,12 @@ CHROMIUM = os.environ.get("FW_CHROMIUM", "chromium")
 CUTOFF = datetime(2026, 5, 1, tzinfo=UTC)
 AS_OF = "2026-05-10"
 TRAINING_KEY = artifact_key("training", "crowd")
+DASHBOARD_KEY = artifact_key("dashboard", "forecaster")
+PLOTS = [
+    (RELIABILITY_KEY, "reliability_png"),
+    (TRAINING_KEY, "training_png"),
+    (DASHBOARD_KEY, "dashboard_png"),
+]
 RENDER_TIMEOUT_S = 60.0
 UIS = {"v2": "/v2", "v1": ""}
 """UI version → path prefix of its routes; artifact pages are <prefix>/artifacts/artifact/<id>."""
@@ -267,6 +275,40 @@ def training_curves_flow(reports_dir: Path) -> Path:
     )
 
 
+@flow(name="run-dashboard")
+def dashboard_flow(reports_dir: Path) -> Path:
+    """The run dashboard of an agent with four versions (the daily cycle publishes the same
+    after every update and evaluate): a warm start, two gated updates and a rejected one."""
+    rows = [
+        {"version": 0, "status": "promoted", "brier": 0.25, "ece": 0.0, "parse_rate": 0.1},
+        {"version": 1, "status": "promoted", "brier": 0.22, "ece": 0.15, "parse_rate": 0.97},
+    ]
+    for version, brier, status in ((2, 0.21, "promoted"), (3, 0.48, "rejected")):
+        rows.append(
+            {
+                "version": version,
+                "status": status,
+                "brier": brier,
+                "validation_brier": brier + 0.01,
+                "ece": 0.1,
+                "parse_rate": 0.96,
+                "reward_mean": -brier,
+                "staleness_mean": 0.5,
+                "entropy_mean": 0.5 if status == "promoted" else 0.02,
+                "kl_prox_max": 0.05,
+                "identical_answer_group_fraction": 0.1 if status == "promoted" else 0.9,
+                "reason": "passed" if status == "promoted" else "collapsed",
+            }
+        )
+    return publish_dashboard(
+        "forecaster",
+        rows,
+        references={"crowd": 0.19, "warm start v1": 0.22},
+        reports_dir=reports_dir,
+        run_key=AS_OF,
+    )
+
+
 def _shows_png(png: bytes) -> Callable[[dict[str, Any]], bool]:
     """The page has decoded an <img> whose source is exactly `png` as a data URI."""
     src = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
@@ -297,24 +339,28 @@ def published(prefect_ui, tmp_path_factory) -> Iterator[dict[str, Any]]:
         training = training_curves_flow(data_dir / "reports", return_state=True)
         assert training.is_completed(), training
         training_png = training.result()
+        dashboard = dashboard_flow(data_dir / "reports", return_state=True)
+        assert dashboard.is_completed(), dashboard
         EventsWorker.drain_all()
         artifacts = {
             SCORE_TABLE_KEY: _artifact(run_id, SCORE_TABLE_KEY),
             RELIABILITY_KEY: _artifact(run_id, RELIABILITY_KEY),
             TRAINING_KEY: _artifact(training.state_details.flow_run_id, TRAINING_KEY),
+            DASHBOARD_KEY: _artifact(dashboard.state_details.flow_run_id, DASHBOARD_KEY),
         }
     yield {
         "artifacts": artifacts,
         "rows": rows,
         "reliability_png": (data_dir / "reports" / f"reliability-{AS_OF}.png").read_bytes(),
         "training_png": training_png.read_bytes(),
+        "dashboard_png": dashboard.result().read_bytes(),
     }
 
 
 def test_the_artifacts_embed_the_plots_not_a_local_path(published) -> None:
     for key, artifact in published["artifacts"].items():
         assert "file://" not in artifact.data, key
-    for key, png in ((RELIABILITY_KEY, "reliability_png"), (TRAINING_KEY, "training_png")):
+    for key, png in PLOTS:
         encoded = base64.b64encode(published[png]).decode("ascii")
         assert f"(data:image/png;base64,{encoded})" in published["artifacts"][key].data
 
@@ -347,9 +393,7 @@ def test_the_ui_renders_the_score_table(prefect_ui, browser, published, ui) -> N
 
 
 @pytest.mark.parametrize("ui", list(UIS))
-@pytest.mark.parametrize(
-    ("key", "png"), [(RELIABILITY_KEY, "reliability_png"), (TRAINING_KEY, "training_png")]
-)
+@pytest.mark.parametrize(("key", "png"), PLOTS)
 def test_the_ui_shows_the_plot_itself(prefect_ui, browser, published, ui, key, png) -> None:
     artifact = published["artifacts"][key]
     url = f"{prefect_ui}{UIS[ui]}/artifacts/artifact/{artifact.id}"

@@ -322,10 +322,12 @@ def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
     assert "v0 → v1" in training and "kl_behaviour" in training
     assert list((tmp_path / "reports").glob("training-tiny-*.png"))
     # the promotion gate ran (no held-out question resolved: q0–q2 lie outside the 10%
-    # slice) and the lineage artifact shows v1's verdict and its update's health
-    lineage = _latest_artifact(artifact_key("lineage", "tiny")).data
-    assert "| v1 | promoted |" in lineage and "no validation data" in lineage
-    assert list((tmp_path / "reports").glob("lineage-tiny-*.png"))
+    # slice); the dashboard, last published by the cycle's evaluate, shows v1's verdict, its
+    # update's health and both versions' live scores
+    dashboard = _latest_artifact(artifact_key("dashboard", "tiny")).data
+    assert "| v1 | promoted |" in dashboard and "no validation data" in dashboard
+    assert "| v0 | promoted |" in dashboard and "data:image/png;base64," in dashboard
+    assert list((tmp_path / "reports").glob("dashboard-tiny-*.png"))
 
     # The same day again: nothing left to train on, nothing left to forecast.
     again = {s.stage: s for s in daily_cycle_flow(as_of=as_of, feeds=[], samples=2, train=TRAIN)}
