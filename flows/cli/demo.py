@@ -35,6 +35,26 @@ def demo_command(
     kind_panel: Annotated[
         int, typer.Option(help="Held-out panel questions per choice or numeric kind.")
     ] = 300,
+    research: Annotated[
+        bool,
+        typer.Option(
+            "--research/--no-research",
+            help="Run on the research world: questions state no cue, the agent searches and "
+            "opens articles over several turns, warm-started on a reference researcher.",
+        ),
+    ] = False,
+    research_panel: Annotated[
+        int, typer.Option(help="Held-out research-panel questions scored each round.")
+    ] = 480,
+    validation_fraction: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=0.99,
+            help="Share of live questions the promotion gate holds out of every update; 0 = "
+            "no gate.",
+        ),
+    ] = 0.1,
     kl_coef: Annotated[
         float,
         typer.Option(min=0.0, help="k3 KL penalty of every update to the warm start; 0 = off."),
@@ -74,6 +94,9 @@ def demo_command(
             kinds=kind_list,
             kind_questions_per_day=kind_questions_per_day,
             kind_panel_questions=kind_panel,
+            research=research,
+            research_panel_questions=research_panel,
+            validation_fraction=validation_fraction,
             rl_kl_coef=kl_coef,
             train_set=tuple(set_ or ()),
         )
@@ -159,6 +182,45 @@ def demo_command(
         claim = result.kind_claims.get(kind)
         summary = "no forecasts to compare" if claim is None else claim.summary()
         console.print(f"Round 0 → last round, paired over the {kind} panel: {summary}.")
+    if result.research is not None:
+        research_table = Table(
+            "round",
+            "version",
+            "searched",
+            "evidence",
+            "turns",
+            "tokens",
+            "parsed",
+            "Brier",
+            "informed",
+            "uninformed",
+            "gap closed",
+            title="Research: the round's policy on the research panel",
+        )
+        for r in result.research.rounds:
+            research_table.add_row(
+                str(r.round),
+                str(r.policy_version),
+                f"{r.search_rate:.2f}",
+                f"{r.evidence_rate:.2f}",
+                f"{r.turns_per_rollout:.2f}",
+                f"{r.tokens_per_rollout:.1f}",
+                f"{r.parse_rate:.2f}",
+                f"{r.brier:.4f}",
+                f"{r.informed_brier:.4f}",
+                f"{r.uninformed_brier:.4f}",
+                f"{r.gap_closed:+.2f}",
+            )
+        console.print(research_table)
+        console.print(
+            "Warm-start demonstrations: first turn a tool call "
+            f"{result.research.demonstration_first_turn_tool_rate:.2f}."
+        )
+    rejected = [v for v in result.lineage if v.status == "rejected"]
+    console.print(
+        f"Versions: {len(result.lineage)}, {len(rejected)} rejected by the promotion gate"
+        + "".join(f"; v{v.version}: {v.reason}" for v in rejected)
+    )
     verdict = "no forecasts to compare" if result.claim is None else result.claim.summary()
     console.print(
         f"Round 0 → last round, paired over the panel: {verdict}. Report: {result.report}"

@@ -14,6 +14,7 @@ from futureworld.rewards import RewardFn
 from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator, TrainConfig
 
 if TYPE_CHECKING:
+    from flows.demo.researcher import ResearcherPolicy
     from futureworld.world import WorldConfig
 
 LEARNER = "forecaster"
@@ -71,6 +72,42 @@ class DemoConfig:
     kind_max_new_tokens: int = 64
     """A turn's token budget when choice or numeric questions are posed: their answers are
     longer than a probability."""
+    research: bool = False
+    """Run on a research world (`WorldConfig(research=True)`): no question states its cue, its
+    evidence articles do. The learner then researches multi-turn (`research_max_turns`, search
+    and open), warm-starts on a scripted reference researcher's rollouts
+    (flows.demo.researcher) and is scored on a research panel forecast through the same
+    engine over the panel world's articles (flows.demo.research_panel)."""
+    research_max_turns: int = 3
+    """Turns of a research rollout: a search, an open, an answer."""
+    research_max_new_tokens: int = 24
+    """A research turn's budget: the longest action (a query of entity and event, or an
+    answer) is 11 tokens with the demo's tokenizer; 24 leaves a sampled query room."""
+    research_search_k: int = 3
+    """Results a research search shows: the evidence is among the first three for most
+    "<entity> <event>" queries, and every result lengthens the sequences the warm start and
+    each update forward (on 2 cores the warm start's cost is the sequences' length)."""
+    research_sft_epochs: int = 6
+    """Warm-start epochs on the research demonstrations (their rows are ~5x the brief one-turn
+    rows, so the default demo's 20 epochs would cost ~5x its warm start)."""
+    research_panel_questions: int = 480
+    """Held-out research-panel questions, one sample each. Multi-turn panel rollouts cost
+    about three times a one-turn forecast's tokens and each reads a corpus of about 2000
+    articles, so 480 keeps a round's panel near the cost of its cycle on 2 cores."""
+    research_search_rate: float = 0.7
+    """Share of the reference researcher's rollouts that search (the rest answer the prior)."""
+    research_poor_query_rate: float = 0.3
+    """Share of its searches that query the entity alone (a poor query)."""
+    research_open_rate: float = 0.3
+    """Share of its searches followed by opening the top result."""
+    research_sharpening: float = 2.0
+    """Its answers' log-odds are this multiple of the posterior from the readings it saw."""
+    research_noise_logit: float = 0.5
+    """Std of the Gaussian noise on its answers' log-odds."""
+    validation_fraction: float = 0.1
+    """Share of the live questions the promotion gate holds out of every update and judges
+    each candidate version on (FW_VALIDATION_FRACTION of the flows; 0 turns the gate off).
+    The gate's validation set is the live world's questions; the panel is another matter."""
     train_set: tuple[str, ...] = ()
     """Training settings of every RL update as `name=value` (any TrainConfig field, as
     `futureworld train --set`), applied over the demo's own (`update`)."""
@@ -88,6 +125,15 @@ class DemoConfig:
             raise ValueError(f"the demo needs at least 2 rounds to compare, got {self.rounds}")
         if self.questions_per_day < 1 or self.samples < 2 or self.panel_questions < 1:
             raise ValueError("questions_per_day and panel_questions must be >= 1, samples >= 2")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(
+                f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
+            )
+        if self.research and self.extra_kinds:
+            raise ValueError("the research demo poses binary questions only")
+        if self.research and (self.research_max_turns < 3 or self.research_panel_questions < 1):
+            raise ValueError("research needs max_turns >= 3 and research_panel_questions >= 1")
+        self.researcher  # noqa: B018 — bad researcher rates fail here
         self.update  # noqa: B018 — a bad --set fails here, before the warm start
 
     @property
@@ -101,6 +147,7 @@ class DemoConfig:
 
         per_day = self.kind_questions_per_day
         return WorldConfig(
+            research=self.research,
             choice_questions_per_day=per_day if QuestionKind.CHOICE in self.kinds else 0,
             numeric_questions_per_day=per_day if QuestionKind.NUMERIC in self.kinds else 0,
             **values,  # type: ignore[arg-type]
@@ -108,7 +155,18 @@ class DemoConfig:
 
     @property
     def generation(self) -> GenerationSettings:
-        """The learner's sampling: one brief turn, a short answer."""
+        """The learner's sampling: one brief turn, a short answer; on the research world
+        `research_max_turns` brief turns of `research_max_new_tokens` each."""
+        if self.research:
+            return GenerationSettings(
+                temperature=self.temperature,
+                max_turns=self.research_max_turns,
+                max_new_tokens=self.research_max_new_tokens,
+                max_total_tokens=1024,
+                search_k=self.research_search_k,
+                brief_prompt=True,
+                seed=self.seed,
+            )
         return GenerationSettings(
             temperature=self.temperature,
             max_turns=1,
@@ -119,12 +177,25 @@ class DemoConfig:
         )
 
     @property
+    def researcher(self) -> ResearcherPolicy:
+        """The reference researcher the research warm start demonstrates."""
+        from flows.demo.researcher import ResearcherPolicy
+
+        return ResearcherPolicy(
+            search_rate=self.research_search_rate,
+            poor_query_rate=self.research_poor_query_rate,
+            open_rate=self.research_open_rate,
+            sharpening=self.research_sharpening,
+            noise_logit=self.research_noise_logit,
+        )
+
+    @property
     def warm_start(self) -> TrainOptions:
         return TrainOptions(
             config=TrainConfig(
                 estimator=Estimator.SFT,
                 learning_rate=self.sft_learning_rate,
-                ppo_epochs=self.sft_epochs,
+                ppo_epochs=self.research_sft_epochs if self.research else self.sft_epochs,
                 micro_batch_tokens=2048,
                 groups_per_step=4,
             )

@@ -2,7 +2,8 @@
 
 `round_policy` names the round's newest policy version (its checkpoint, fixed once written,
 read before the next cycle registers a newer one); `score_round` loads it and forecasts the
-binary panel and each kind's panel. Scoring reads no database, so the demo runs it in a
+binary panel and each kind's panel (`score_research_round`: the research panel, multi-turn
+over its world's articles). Scoring reads no database, so the demo runs it in a
 worker process (`panel_scorer`) beside the next round's cycle.
 
 Decision: a process, not a thread. Both the cycle's update (one rollout a row: many small
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from flows.context import PipelineContext
 from flows.demo.kinds import KindPanelQuestion, KindPanelScore, score_kind_panel
 from flows.demo.panel import PanelQuestion, PanelScore, score_panel
+from flows.demo.research_panel import ResearchPanel, ResearchRound, score_research_panel
 from futureworld.domain import GenerationSettings, QuestionKind
 from futureworld.policy.loading import BackendSpec, load_backend
 
@@ -82,3 +84,19 @@ def score_round(
         for kind, kind_panel in kind_panels.items()
     }
     return score, kinds
+
+
+def score_research_round(
+    policy: RoundPolicy, panel: ResearchPanel, round_no: int, config: DemoConfig
+) -> ResearchRound:
+    """A round's policy researches and forecasts the research panel."""
+    spec, generation, version = policy
+    return score_research_panel(
+        load_backend(spec),
+        generation,
+        panel,
+        round_no=round_no,
+        policy_version=version,
+        samples=config.panel_samples,
+        seed=config.seed,
+    )

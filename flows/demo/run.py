@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flows.context import build_context, open_engine
+from flows.demo import researcher
 from flows.demo.config import CROWD, LEARNER, WARM_START_VERSION, DemoConfig
 from flows.demo.kinds import (
     KindClaim,
@@ -67,20 +68,34 @@ from flows.demo.panel import (
 )
 from flows.demo.report import (
     LearningClaim,
+    LineageRow,
+    ResearchSummary,
     RoundLog,
     RoundMetrics,
     learning_claim,
+    lineage_report,
+    lineage_rows,
+    research_header,
+    research_report,
+    research_summary,
     round_metrics,
     write_report,
+)
+from flows.demo.research_panel import (
+    ResearchRound,
+    build_research_panel,
+    demonstration_research,
 )
 from flows.demo.rounds import (
     ROUND_PROCESSES,
     RoundScores,
     panel_scorer,
     round_policy,
+    score_research_round,
     score_round,
 )
 from flows.settings import Settings
+from flows.stages.promotion import version_lineage
 from futureworld.domain import Agent, BackendKind, QuestionKind
 from futureworld.torch_threads import torch_thread_count
 from storage.engine import session_scope
@@ -99,6 +114,10 @@ class DemoResult:
     kind_scores: dict[QuestionKind, list[KindPanelScore]] = field(default_factory=dict)
     """Each extra kind's panel score per round."""
     kind_claims: dict[QuestionKind, KindClaim | None] = field(default_factory=dict)
+    research: ResearchSummary | None = None
+    """The research demo's per-round research and floors (None with research off)."""
+    lineage: list[LineageRow] = field(default_factory=list)
+    """Every version of the learner: status, the gate's verdict, the rounds that served it."""
 
     @property
     def learned(self) -> bool:
@@ -146,14 +165,26 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             seed=config.seed + 10_000, questions_per_day=config.sft_questions_per_day
         )
     )
-    examples = warm_start_questions(
-        warm_world,
-        config.sft_days,
-        sharpening=config.sft_sharpening,
-        noise_logit=config.sft_noise_logit,
-    )
-    # The tokenizer also learns the prompt and the answer strings themselves.
-    texts = [SYSTEM_PROMPT, *(f"{q.title} {q.background}" for q, _ in examples)]
+    research_questions = []
+    if config.research:
+        examples = []
+        research_questions = researcher.warm_start_questions(warm_world, config.sft_days)
+        texts = researcher.tokenizer_texts(
+            warm_world,
+            research_questions,
+            config.generation,
+            config.researcher,
+            seed=config.seed,
+        )
+    else:
+        examples = warm_start_questions(
+            warm_world,
+            config.sft_days,
+            sharpening=config.sft_sharpening,
+            noise_logit=config.sft_noise_logit,
+        )
+        # The tokenizer also learns the prompt and the answer strings themselves.
+        texts = [SYSTEM_PROMPT, *(f"{q.title} {q.background}" for q, _ in examples)]
     texts += [answer_text(k / 100) for k in range(101)]
     kind_examples = []
     if config.extra_kinds:
@@ -189,6 +220,16 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         ensure_agent(session, Agent(name=CROWD, base_model=CROWD, backend=BackendKind.BASELINE))
     tokenizer = ctx.tokenizer(learner, ctx.current_version(learner))
     demonstrations = warm_start_trajectories(tokenizer, examples)
+    if config.research:
+        demonstrations = researcher.research_demonstrations(
+            tokenizer,
+            warm_world,
+            research_questions,
+            config.generation,
+            config.researcher,
+            seed=config.seed,
+            agent_id=learner.id or 0,
+        )
     demonstrations += kind_warm_start_trajectories(
         tokenizer, kind_examples, first_index=len(demonstrations)
     )
@@ -200,8 +241,19 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     settings = settings.model_copy(update={"torch_threads": threads})
     ctx = build_context(settings, engine, as_of=clock.now())
 
-    panel = build_panel(panel_world, config.panel_questions)
+    research_panel = None
+    if config.research:
+        panel = []
+        research_panel = build_research_panel(
+            config.seed,
+            config.research_panel_questions,
+            config.questions_per_day,
+            max_horizon_days=config.max_horizon_days,
+        )
+    else:
+        panel = build_panel(panel_world, config.panel_questions)
     panels: list[PanelScore] = []
+    research_rounds: list[ResearchRound] = []
     kind_panels = {
         kind: build_kind_panel(panel_world, kind, config.kind_panel_questions)
         for kind in config.extra_kinds
@@ -209,7 +261,12 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     kind_scores: dict[QuestionKind, list[KindPanelScore]] = {k: [] for k in kind_panels}
     round_log = RoundLog(out_dir / "demo.log")
 
-    def record(scores: RoundScores) -> None:
+    def record(scores: RoundScores | ResearchRound) -> None:
+        if isinstance(scores, ResearchRound):
+            panels.append(scores.score)
+            research_rounds.append(scores)
+            round_log.write(scores.score, research=scores)
+            return
         panels.append(scores[0])
         for kind, score in scores[1].items():
             kind_scores[kind].append(score)
@@ -217,7 +274,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
 
     with (
         serve_world(world, clock) as server,
-        _flow_environment(settings, server),
+        _flow_environment(settings, server, validation_fraction=config.validation_fraction),
         panel_scorer() as scorer,
     ):
         scoring: Future | None = None
@@ -235,7 +292,10 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             policy = round_policy(ctx, LEARNER)
             if scoring is not None:
                 record(scoring.result())
-            scoring = scorer.submit(score_round, policy, panel, kind_panels, r, config)
+            if research_panel is not None:
+                scoring = scorer.submit(score_research_round, policy, research_panel, r, config)
+            else:
+                scoring = scorer.submit(score_round, policy, panel, kind_panels, r, config)
             clock.advance(days=1)
         if scoring is not None:
             record(scoring.result())
@@ -260,14 +320,23 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     claim = learning_claim(panels)
     kind_claims = {kind: kind_claim(scores) for kind, scores in kind_scores.items()}
     extra_markdown, extra_json = kind_report(kind_scores, kind_claims, out_dir)
+    sections: dict[str, object] = {}
+    research = None
+    if config.research:
+        header = research_header(config)
+        research = research_summary(research_rounds, demonstration_research(demonstrations))
+        extra_markdown, sections["research"] = research_report(research, out_dir)
+    lineage = lineage_rows(version_lineage(ctx, LEARNER), metrics)
+    lineage_markdown, sections["lineage"] = lineage_report(lineage, config.validation_fraction)
     path = write_report(
         out_dir,
         metrics,
         panels,
         claim,
         header=header,
-        extra_markdown=extra_markdown,
+        extra_markdown="\n\n".join(m for m in (extra_markdown, lineage_markdown) if m),
         extra_json=extra_json,
+        sections=sections,
     )
     engine.dispose()
     report("done", total, total)
@@ -278,14 +347,20 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         claim=claim,
         kind_scores=kind_scores,
         kind_claims=kind_claims,
+        research=research,
+        lineage=lineage,
     )
 
 
 @contextmanager
-def _flow_environment(settings: Settings, server: Any) -> Iterator[None]:
+def _flow_environment(
+    settings: Settings, server: Any, *, validation_fraction: float
+) -> Iterator[None]:
     """The Prefect flows build their settings from the environment: point them at the demo's
-    database and world for the duration of the rounds, then put the environment back."""
+    database and world, and hold out the demo's validation share for the promotion gate, for
+    the duration of the rounds, then put the environment back."""
     values = {
+        "FW_VALIDATION_FRACTION": repr(validation_fraction),
         "FW_DATA_DIR": str(settings.data_dir),
         "FW_DB_URL": settings.database_url,
         "FW_MANIFOLD_BASE_URL": server.manifold_base_url,

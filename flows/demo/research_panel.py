@@ -1,0 +1,237 @@
+"""The research demo's held-out panel: questions of a research world the rounds never see,
+forecast multi-turn through the rollout engine over an in-memory corpus of that world's
+articles (each question searching them as of its own cut-off), and what the rollouts did.
+
+The panel world has its own seed (`PANEL_SEED_OFFSET`), so no panel question, entity pairing
+or article is one the learner trains on, and it poses as many questions a day as the demo's
+world, so search faces the same crowd of same-entity articles. Each question carries its
+informed floor (World.informed_probability) and its evidence articles' corpus ids, so a
+rollout's observations can be checked for them. Seeds as in flows.demo.panel: the same per
+(seed, question, sample) in every round, so rounds are compared with common random numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from flows.demo.panel import PanelScore, as_harvested
+from flows.demo.researcher import world_corpus
+from futureworld.agent.engine import GroupJob, RolloutEngine
+from futureworld.agent.loop import rollout_seed
+from futureworld.agent.parsing import ActionKind
+from futureworld.agent.tools import InMemoryCorpus
+from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajectory
+from futureworld.policy.base import PolicyBackend
+from futureworld.world import World, WorldConfig
+from futureworld.world.model import ArticleKind
+
+PANEL_SEED_OFFSET = 20_000
+"""The research panel world's seed is the demo's seed plus this (the warm start's is +10 000)."""
+TOOLS = (ActionKind.SEARCH, ActionKind.OPEN)
+
+
+@dataclass(frozen=True)
+class ResearchPanelQuestion:
+    question: Question
+    """With a placeholder (negative) id: the panel is never stored."""
+    outcome: float
+    p_informed: float
+    """The posterior given all its evidence: what perfect research forecasts."""
+    p_uninformed: float
+    evidence_ids: frozenset[int]
+    """Corpus ids of its evidence articles."""
+
+
+@dataclass(frozen=True)
+class ResearchPanel:
+    questions: tuple[ResearchPanelQuestion, ...]
+    corpus: InMemoryCorpus
+    published_at: dict[int, datetime]
+    """Each corpus id's publication time (for the no-look-ahead check)."""
+
+
+@dataclass(frozen=True)
+class ResearchRound:
+    """One round's panel forecasts (`score`, p_true the informed floor's p) and its research."""
+
+    score: PanelScore
+    rollouts: int
+    searched: int
+    """Rollouts with at least one search."""
+    found_evidence: int
+    """Rollouts whose observations hold one of their question's evidence articles."""
+    first_turn_tool_calls: int
+    """Rollouts whose first turn parsed as a search or open."""
+    assistant_turns: int
+    generated_tokens: int
+    uninformed_brier: float
+    """Brier of the prior mean on the questions that parsed (the uninformed floor)."""
+
+    @property
+    def search_rate(self) -> float:
+        return self.searched / self.rollouts
+
+    @property
+    def evidence_rate(self) -> float:
+        return self.found_evidence / self.rollouts
+
+    @property
+    def first_turn_tool_rate(self) -> float:
+        return self.first_turn_tool_calls / self.rollouts
+
+    @property
+    def turns_per_rollout(self) -> float:
+        return self.assistant_turns / self.rollouts
+
+    @property
+    def tokens_per_rollout(self) -> float:
+        return self.generated_tokens / self.rollouts
+
+
+def panel_world(seed: int, questions_per_day: int, *, max_horizon_days: int) -> World:
+    """The research world the panel of demo seed `seed` is drawn from (no cancellations)."""
+    return World(
+        WorldConfig(
+            seed=seed + PANEL_SEED_OFFSET,
+            questions_per_day=questions_per_day,
+            max_horizon_days=max_horizon_days,
+            cancel_rate=0.0,
+            research=True,
+        )
+    )
+
+
+def build_research_panel(
+    seed: int, n: int, questions_per_day: int, *, max_horizon_days: int
+) -> ResearchPanel:
+    """The first `n` binary questions of the panel world from day 0 on, with outcomes, both
+    floors and evidence ids, and the corpus of every article published by the last cut-off."""
+    world = panel_world(seed, questions_per_day, max_horizon_days=max_horizon_days)
+    sims = []
+    day = 0
+    while len(sims) < n:
+        sims += world.questions_posed_on(day)[: n - len(sims)]
+        day += 1
+    harvested = [as_harvested(world, s.external_id) for s in sims]
+    corpus, guid_of = world_corpus(world, max(q.info_cutoff_at for q in harvested))
+    id_of = {guid: i for i, guid in guid_of.items()}
+    published = {i: world.article(g).published_at for i, g in guid_of.items()}
+    evidence: dict[str, set[int]] = {}
+    for guid, i in id_of.items():
+        article = world.article(guid)
+        if article.kind is ArticleKind.EVIDENCE and article.question_id is not None:
+            evidence.setdefault(article.question_id, set()).add(i)
+    out = []
+    for k, (sim, question) in enumerate(zip(sims, harvested, strict=True)):
+        far = world.day_start(sim.day + 30)
+        out.append(
+            ResearchPanelQuestion(
+                question=replace(question, id=-(k + 1)),
+                outcome=world.resolution_as_of(sim.external_id, far).value,
+                p_informed=world.informed_probability(sim.external_id),
+                p_uninformed=world.uninformed_probability(sim.external_id),
+                evidence_ids=frozenset(evidence.get(sim.external_id, ())),
+            )
+        )
+    return ResearchPanel(tuple(out), corpus, published)
+
+
+def forecast_research_panel(
+    backend: PolicyBackend,
+    settings: GenerationSettings,
+    panel: ResearchPanel,
+    *,
+    policy_version: int,
+    samples: int,
+    seed: int,
+) -> list[list[Trajectory]]:
+    """Every panel question's `samples` rollouts, all in flight at once through the engine."""
+    engine = RolloutEngine(
+        backend, panel.corpus, settings, agent_id=0, policy_version=policy_version
+    )
+    jobs = [
+        GroupJob(
+            question=item.question,
+            samples=tuple(range(samples)),
+            seeds=tuple(rollout_seed(seed, n, 0, s) for s in range(samples)),
+            as_of=item.question.info_cutoff_at,
+        )
+        for n, item in enumerate(panel.questions)
+    ]
+    groups: dict[int, list[Trajectory]] = {}
+    engine.run(jobs, lambda job, group: groups.__setitem__(job.question.id, group))
+    return [groups[item.question.id] for item in panel.questions]
+
+
+def seen_article_ids(trajectory: Trajectory) -> set[int]:
+    """Corpus ids of every article the rollout's observations showed it."""
+    return {i for turn in trajectory.turns if turn.role == "tool" for i in turn.tool_result_ids}
+
+
+def score_research_panel(
+    backend: PolicyBackend,
+    settings: GenerationSettings,
+    panel: ResearchPanel,
+    *,
+    round_no: int,
+    policy_version: int,
+    samples: int,
+    seed: int,
+) -> ResearchRound:
+    """A policy forecasts the research panel; its scores and what its rollouts researched."""
+    groups = forecast_research_panel(
+        backend, settings, panel, policy_version=policy_version, samples=samples, seed=seed
+    )
+    p, y, informed, index, prior = [], [], [], [], []
+    unparsed = searched = found = first_tool = turns = tokens = rollouts = 0
+    for n, (item, group) in enumerate(zip(panel.questions, groups, strict=True)):
+        for trajectory in group:
+            rollouts += 1
+            mine = [t for t in trajectory.turns if t.role == "assistant"]
+            turns += len(mine)
+            tokens += sum(trajectory.loss_mask)
+            searched += any(t.tool_name is ActionKind.SEARCH for t in mine)
+            first_tool += bool(mine) and mine[0].tool_name in TOOLS
+            found += bool(seen_article_ids(trajectory) & item.evidence_ids)
+            if trajectory.parse_status is not ParseStatus.OK or trajectory.p_yes is None:
+                unparsed += 1
+                continue
+            p.append(trajectory.p_yes)
+            y.append(item.outcome)
+            informed.append(item.p_informed)
+            prior.append(item.p_uninformed)
+            index.append(n)
+    score = PanelScore(
+        round=round_no,
+        policy_version=policy_version,
+        p_yes=tuple(p),
+        y=tuple(y),
+        p_true=tuple(informed),
+        question=tuple(index),
+        unparsed=unparsed,
+    )
+    uninformed = (
+        sum((q - o) ** 2 for q, o in zip(prior, y, strict=True)) / len(y) if y else float("nan")
+    )
+    return ResearchRound(
+        score=score,
+        rollouts=rollouts,
+        searched=searched,
+        found_evidence=found,
+        first_turn_tool_calls=first_tool,
+        assistant_turns=turns,
+        generated_tokens=tokens,
+        uninformed_brier=uninformed,
+    )
+
+
+def demonstration_research(trajectories: Sequence[Trajectory]) -> tuple[float, float]:
+    """(first-turn tool-call rate, search rate) of a set of trajectories (the warm start's)."""
+    first = searched = 0
+    for trajectory in trajectories:
+        mine = [t for t in trajectory.turns if t.role == "assistant"]
+        first += bool(mine) and mine[0].tool_name in TOOLS
+        searched += any(t.tool_name is ActionKind.SEARCH for t in mine)
+    return first / len(trajectories), searched / len(trajectories)
