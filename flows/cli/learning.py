@@ -259,8 +259,6 @@ def evaluate_command(
     "forecastbench" (leaderboard rows) and "forecastbench_reference_set"."""
     from flows.stages.evaluating import evaluate
     from futureworld.evaluation import (
-        SCORE_COLUMNS,
-        SCORE_HEADERS,
         plot_reliability,
         reliability_groups,
         score_cell,
@@ -274,13 +272,20 @@ def evaluate_command(
         for name in agent or ():
             require_agent(ctx, name)
         evaluation = evaluate(ctx, agent)
-    binary = Table("agent", "ver", "source", *(SCORE_HEADERS.get(c, c) for c in SCORE_COLUMNS))
+    # the terminal's short headers; the JSON and the artifact keep every column
+    columns = {
+        "n": "n q", "parse_rate": "parsed", "brier": "Brier", "brier_ci": "95% CI",
+        "log_score": "log", "accuracy": "acc", "ece": "ECE",
+        "brier_skill_vs_crowd": "skill/crowd", "brier_skill_vs_base_rate": "skill/base",
+        "imputed": "imputed", "eligibility": "5% rule",
+    }  # fmt: skip
+    binary = Table("agent", "ver", "source", *columns.values())
     for row in evaluation.rows:
         binary.add_row(
             row.agent or "all",
             str(row.policy_version),
             row.source or "all",
-            *(score_cell(getattr(row, c)) for c in SCORE_COLUMNS),
+            *(score_cell(getattr(row, c)) for c in columns),
         )
     console.print(binary)
     for title, kind_rows in (
@@ -292,7 +297,7 @@ def evaluate_command(
     board = evaluation.forecastbench
     if board is not None and board.rows:
         for line in leaderboard_rows_text(board):
-            console.print(line, soft_wrap=True)
+            console.print(line, soft_wrap=True, markup=False, highlight=False)
     if json_path is not None:
         rows = json.dumps(
             {

@@ -8,11 +8,12 @@ import math
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from flows.cli import app
-from futureworld.evaluation import FORECASTBENCH_MARKETS as MARKETS
+from futureworld.sources.forecastbench import MARKET_SOURCES as MARKETS
 from storage.engine import session_scope
 from storage.tables import OutcomeRow, QuestionRow, RewardRow, RolloutRow
 
@@ -194,3 +195,59 @@ def test_questions_imported_with_their_resolutions_are_open_before_them(
         closed_by = set(session.scalars(select(QuestionRow.id).where(QuestionRow.close_at <= day)))
     assert resolved_by and closed_by - resolved_by
     assert f"{2246 - len(resolved_by | closed_by)} rollouts" in out
+
+
+def test_the_crowd_on_forecastbench_rules_from_the_raw_files(db_url: str, tmp_path) -> None:
+    """ForecastBench's leaderboard figures of the crowd on the shared 2025-10-26 round,
+    recomputed from the raw files: 112 resolved markets at the crowd's freeze value (Brier
+    0.0435), 977 dataset rows, one per resolved (question, resolution date) of 246 questions,
+    none forecast by the crowd and so imputed at 0.5 (Brier 0.25), overall (0.0435 + 0.25) / 2
+    = 0.1468 and Brier Index 61.7. 977 of its 1089 forecasts (89.7%) are imputed, far over
+    ForecastBench's 5%; as a baseline it is exempt (ForecastBench does not test its own)."""
+    cli(
+        "import", "forecastbench", str(QUESTIONS), "--resolutions", str(RESOLUTIONS), "--db", db_url
+    )
+    for name in ("crowd", "uniform"):
+        cli("predict", "--agent", name, "--as-of", "2025-10-26", "--db", db_url)
+    cli("backfill", "--db", db_url)
+    report = tmp_path / "scores.json"
+    out = cli("evaluate", "--json", str(report), "--db", db_url)
+    scores = json.loads(report.read_text())
+    board = {h["agent"]: h for h in scores["forecastbench"]}
+
+    questions = json.loads(QUESTIONS.read_text())["questions"]
+    resolutions = json.loads(RESOLUTIONS.read_text())["resolutions"]
+    dataset_rows = [r for r in resolutions if r["source"] not in MARKETS]
+    assert len({(r["source"], r["id"]) for r in dataset_rows}) == 246
+    market = crowd_brier_from_raw()
+    overall = (market + 0.25) / 2
+    crowd = board["crowd"]
+    assert (crowd["n_market"], crowd["n_dataset"]) == (112, len(dataset_rows)) == (112, 977)
+    assert math.isclose(crowd["brier_market"], market, rel_tol=1e-12)
+    assert crowd["brier_dataset"] == 0.25
+    assert math.isclose(crowd["brier_overall"], overall, rel_tol=1e-12)
+    # One round, every forecaster answering every question: the fixed effects change no
+    # ranking and the rescaled difficulty-adjusted Brier is the Brier itself.
+    assert math.isclose(crowd["difficulty_adjusted_overall"], overall, rel_tol=1e-9)
+    assert math.isclose(crowd["brier_index"], 100 * (1 - math.sqrt(overall)), rel_tol=1e-9)
+    assert (round(market, 4), round(overall, 4), round(crowd["brier_index"], 1)) == (
+        0.0435,
+        0.1468,
+        61.7,
+    )
+    assert crowd["imputed"] == 977 and round(crowd["imputed_share"], 3) == 0.897
+    assert crowd["eligibility"] == "reference" and crowd["ineligible_rounds"] == []
+    uniform = board["uniform"]
+    assert uniform["difficulty_adjusted_overall"] == pytest.approx(0.25)
+    assert uniform["brier_index"] == pytest.approx(50.0) and uniform["imputed"] == 0
+    # Uniform is Always 0.5, out of the fit; the crowd's 0.5 on every dataset row is too,
+    # unless nothing else forecasts them.
+    assert scores["forecastbench_reference_set"] == {
+        "market": ["crowd v0"],
+        "dataset": ["crowd v0", "uniform v0"],
+    }
+    assert "ForecastBench crowd v0 [reference]: Brier Index 61.7" in " ".join(out.split())
+    rows = {(r["agent"], r["source"]): r for r in scores["rows"]}
+    assert rows[("crowd", None)]["eligibility"] == "reference"
+    assert rows[("crowd", None)]["imputed"] == 977
+    assert len(questions) == 500
