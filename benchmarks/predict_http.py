@@ -17,13 +17,28 @@ backend and corpus, then `insert_rollouts`, against the same server after a mete
 next turn) instead of an answer; with `--max-turns` > 1 rollouts of one group then differ in
 length and later turns queue behind the first turns of newer groups.
 
-What bounds the ratio: even a perfect client loses the drain of the last wave (random turn
-lengths on 32 slots: about 0.95 for 512 requests of 64–256 tokens, by list scheduling), and
-predict persists each group on the engine's own thread, during which finished requests are
-not replaced; with short turns (16–48 tokens, 3 ms) persisting takes most of the run and the
-ratio falls well below the target (see README, Benchmarks).
+Two reference rows, measured in the same process against the same server: the closed loop
+(max_concurrency threads on one connection pool, each sending its next request as its last
+returns: no engine, no database, so the transport's own ceiling on this machine at this
+moment), and a perfect client (no time at all between a response and the next request, the
+engine's order: the scripted turns list-scheduled on max_concurrency slots). The perfect
+client is short of 1.0 only by the drain of the last requests: 1.00 for single turns of one
+length, 0.86 for 32 questions × G = 8 with --max-turns 3 --search-rate 0.5 (439 requests need
+16 waves where 14 would hold them), 0.95 for 64 questions.
+
+What bounds the ratio now: no longer the engine's thread. Finished groups are written on
+predict's writer thread and tool calls run on the engine's tool workers, so the engine's
+thread waits on the stream most of the run (1.7 of 1.9 s with 0.2 s single turns; it was
+busy 0.56 s of 2 s persisting before). What is left is the client's transport: 32 Python
+threads waking, parsing and sending under one interpreter lock (the closed loop's own mean
+in flight, with no engine, was 0.83–0.95 × max_concurrency on the shared 2-core machine),
+the ramp of the first wave (32 new connections), and the drain above. With 0.2 s single
+turns predict keeps 0.85–1.0 of the closed loop's mean in flight; multi-turn 0.8 of it and
+0.85–0.88 of the perfect client's.
 
     .venv/bin/python benchmarks/predict_http.py [--questions 64 --samples 8 --per-token-ms 3]
+    .venv/bin/python benchmarks/predict_http.py --questions 32 --request-ms 200 --new-tokens 40
+        [--max-turns 3 --search-rate 0.5]   (short turns: every request 0.2 s)
 """
 
 from __future__ import annotations
