@@ -147,7 +147,14 @@ def test_evaluate_counts_questions_and_scores_an_agent_whose_answers_never_parse
             ensure_agent(session, Agent(name=name, base_model="m", backend="local"))
             for name in ("mixed", "mute")
         ]
-        answers = {"mixed": [[0.9, 0.6, None], [0.2, None, None]], "mute": [[None] * 3] * 2}
+        agents.append(
+            ensure_agent(session, Agent(name="uniform", base_model="uniform", backend="baseline"))
+        )
+        answers = {
+            "mixed": [[0.9, 0.6, None], [0.2, None, None]],
+            "mute": [[None] * 3] * 2,
+            "uniform": [[None], [0.5]],
+        }
         insert_rollouts(
             session,
             [
@@ -185,3 +192,10 @@ def test_evaluate_counts_questions_and_scores_an_agent_whose_answers_never_parse
     p0, p1 = (0.9 + 0.6 + 0.5) / 3, (0.2 + 0.5 + 0.5) / 3
     assert mixed.brier == pytest.approx(((p0 - 1) ** 2 + p1**2) / 2)
     assert (mute.n, mute.parse_rate, mute.brier) == (2, 0.0, 0.25)
+    # ForecastBench's 5% rule (IMPUTED_CUTOFF_PCT): mixed has 1/3 + 2/3 = 1 of its 2 question
+    # forecasts imputed, mute 2 of 2: both flagged and kept; the baseline is exempt.
+    assert (mixed.imputed, mixed.imputed_share, mixed.eligibility) == (1, 0.5, "ineligible")
+    assert (mute.imputed, mute.eligibility) == (2, "ineligible")
+    assert (rows["uniform"].imputed, rows["uniform"].eligibility) == (1, "reference")
+    assert {r.question for r in evaluation.records} == {"b0", "b1"}
+    assert evaluation.forecastbench is not None and evaluation.forecastbench.rows == []
