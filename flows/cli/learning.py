@@ -24,7 +24,6 @@ from flows.stages.serving import ServeReport
 from flows.stages.training import TrainOptions
 from flows.tracking import ReportTo
 from futureworld.domain import VersionStatus
-from futureworld.evaluation import ScoreRow
 from futureworld.evaluation_kinds import (
     CHOICE_COLUMNS,
     NUMERIC_COLUMNS,
@@ -318,47 +317,6 @@ def evaluate_command(
             pit_path = plot.with_name(f"{plot.stem}.pit.png")
             plot_pit_histogram(pit_groups(evaluation.numeric_records), pit_path)
             console.print(f"wrote {pit_path}")
-
-
-def score_table(rows: Sequence[ScoreRow]) -> Table:
-    table = Table(
-        "agent",
-        "ver",
-        "source",
-        "n q",
-        "parsed",
-        "Brier",
-        "95% CI",
-        "log",
-        "acc",
-        "ECE",
-        "BI",
-        "skill/crowd",
-        "skill/base",
-    )
-    for r in rows:
-        d = r.as_dict()
-
-        def fmt(v: float | None, digits: int = 3) -> str:
-            return "—" if v is None else f"{v:.{digits}f}"
-
-        lo, hi = d["brier_ci"]
-        table.add_row(
-            d["agent"],
-            str(d["policy_version"]),
-            d["source"] or "all",
-            str(d["n"]),
-            f"{d['parse_rate']:.0%}",
-            fmt(d["brier"]),
-            f"[{fmt(lo)}, {fmt(hi)}]",
-            fmt(d["log_score"]),
-            fmt(d["accuracy"]),
-            fmt(d["ece"]),
-            fmt(d["brier_index"], 1),
-            fmt(d["brier_skill_vs_crowd"]),
-            fmt(d["brier_skill_vs_base_rate"]),
-        )
-    return table
 
 
 def kind_score_table(

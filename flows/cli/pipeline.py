@@ -91,7 +91,14 @@ def predict_command(
                     f"{rollouts / elapsed:.1f} r/s"
                 )
 
-            report = predict(ctx, agent, samples=samples, limit=limit, on_group=on_group)
+            report = predict(
+                ctx,
+                agent,
+                samples=samples,
+                limit=limit,
+                on_group=on_group,
+                on_total=lambda n: progress.update(total=n),
+            )
     console.print(
         f"{report.agent} v{report.policy_version}: {report.questions} questions, "
         f"{report.rollouts} rollouts persisted"

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 from sqlalchemy.exc import OperationalError
@@ -97,6 +98,49 @@ def _transient(_task: Any, _task_run: Any, state: Any) -> bool:
     return isinstance(error, OSError | OperationalError | TimeoutError)
 
 
+def _said(label: str, report: Any) -> Any:
+    """Log what a stage did in one line (its report's counts) to the Prefect run logger, so
+    a task run's Logs tab says more than its final state; returns the report."""
+    counts = artifacts.report_counts(report)
+    text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())
+    get_run_logger().info("%s: %s", label, text or ("nothing to do" if report is None else "done"))
+    return report
+
+
+class StageProgress:
+    """A stage's progress as a Prefect progress artifact (0–100 %), created when the stage
+    knows its total and updated as each unit completes (at most once per whole percent)."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self.total = 0
+        self.done = 0
+        self._id: Any = None
+        self._shown = -1
+
+    def start(self, total: int) -> None:
+        self.total = total
+        if total > 0:
+            self._id = create_progress_artifact(0.0, description=self.description)
+            self._shown = 0
+
+    def advance(self) -> None:
+        self.done += 1
+        if self._id is not None:
+            self._show(min(99, int(100 * self.done / self.total)))
+
+    def finish(self) -> None:
+        """The stage returned: its work is done (a total counts what it might have had to do,
+        e.g. groups another worker completed first)."""
+        if self._id is not None:
+            self._show(100)
+
+    def _show(self, percent: int) -> None:
+        if percent > self._shown:
+            update_progress_artifact(self._id, float(percent))
+            self._shown = percent
+
+
 # ── tasks: one stage call each ───────────────────────────────────────────────────────────
 
 
@@ -110,7 +154,7 @@ def _transient(_task: Any, _task_run: Any, state: Any) -> bool:
 def harvest_task(
     ctx: PipelineContext, sources: Sequence[str] | None, feeds: Sequence[str] | None
 ) -> HarvestReport:
-    return harvest(ctx, sources=sources, feeds=feeds)
+    return _said("harvest", harvest(ctx, sources=sources, feeds=feeds))
 
 
 @task(
@@ -121,31 +165,41 @@ def harvest_task(
     cache_policy=NO_CACHE,
 )
 def resolve_task(ctx: PipelineContext) -> ResolveReport:
-    return resolve(ctx)
+    return _said("resolve", resolve(ctx))
 
 
 @task(name="backfill-rewards", cache_policy=NO_CACHE)
 def backfill_task(ctx: PipelineContext) -> BackfillReport:
-    return backfill_rewards(ctx)
+    return _said("backfill", backfill_rewards(ctx))
 
 
 @task(name="predict", task_run_name="predict-{agent}", tags=[PREDICT_TAG], cache_policy=NO_CACHE)
 def predict_task(
     ctx: PipelineContext, agent: str, samples: int, limit: int | None
 ) -> PredictReport:
-    return predict(ctx, agent, samples=samples, limit=limit)
+    progress = StageProgress(f"predict {agent}: questions forecast")
+    report = predict(
+        ctx,
+        agent,
+        samples=samples,
+        limit=limit,
+        on_group=lambda _n: progress.advance(),
+        on_total=progress.start,
+    )
+    progress.finish()
+    return _said(f"predict {agent}", report)
 
 
 @task(name="provisional-rewards", task_run_name="provisional-{agent}", cache_policy=NO_CACHE)
 def provisional_task(ctx: PipelineContext, agent: str, reward_fn: RewardFn) -> ProvisionalReport:
-    return write_provisional_rewards(ctx, agent, reward_fn=reward_fn)
+    return _said(f"provisional {agent}", write_provisional_rewards(ctx, agent, reward_fn=reward_fn))
 
 
 @task(
     name="replay-and-train", task_run_name="train-{agent}", tags=[TRAIN_TAG], cache_policy=NO_CACHE
 )
 def train_task(ctx: PipelineContext, agent: str, options: TrainOptions) -> TrainReport | None:
-    return replay_and_train(ctx, agent, options)
+    return _said(f"train {agent}", replay_and_train(ctx, agent, options))
 
 
 @task(
@@ -157,7 +211,9 @@ def train_task(ctx: PipelineContext, agent: str, options: TrainOptions) -> Train
     cache_policy=NO_CACHE,
 )
 def serve_task(ctx: PipelineContext, agent: str) -> ServeReport:
-    return serve_current_version(ctx, agent)
+    report = serve_current_version(ctx, agent)
+    get_run_logger().info("serve %s: v%d %s", agent, report.version, report.action)
+    return report
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
@@ -167,7 +223,16 @@ def evaluate_task(ctx: PipelineContext, agents: Sequence[str] | None) -> Evaluat
 
 @task(name="backtest", task_run_name="backtest-{agent}", tags=[TRAIN_TAG], cache_policy=NO_CACHE)
 def backtest_task(ctx: PipelineContext, agent: str, options: BacktestOptions) -> BacktestReport:
-    return run_backtest(ctx, options, out_dir=ctx.reports_dir / f"backtest-{agent}")
+    progress = StageProgress(f"backtest {agent}: simulated days done")
+    progress.start(len(options.clocks()))
+    report = run_backtest(
+        ctx,
+        options,
+        out_dir=ctx.reports_dir / f"backtest-{agent}",
+        on_round=lambda _round: progress.advance(),
+    )
+    progress.finish()
+    return _said(f"backtest {agent}", report)
 
 
 # ── publishing ───────────────────────────────────────────────────────────────────────────

@@ -126,11 +126,14 @@ def predict(
     samples: int = 1,
     limit: int | None = None,
     on_group: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
 ) -> PredictReport:
     """Forecast every question open at `ctx.as_of` that this agent has not forecast yet (or
     whose current version's group has fewer than `samples` rollouts), plus, with
     `settings.reforecast_every_days`, those whose newest forecast is that old, at most
-    `limit` questions. `on_group(n_rollouts)` is called after each persisted group (progress)."""
+    `limit` questions. `on_group(n_rollouts)` is called after each persisted group and
+    `on_total(n)` once, before the first claim, with the questions this run will claim at most
+    (fewer when another worker claims some first): progress."""
     engine = ctx.engine
     worker = ctx.settings.worker_id or default_worker_id()
     max_failures = ctx.settings.predict_max_failures
@@ -163,6 +166,8 @@ def predict(
             ", ".join(map(str, parked[:20])),
         )
     candidates = [q for q in candidates if failures.get(q, 0) < max_failures]
+    if on_total is not None:
+        on_total(len(candidates) if limit is None else min(limit, len(candidates)))
     forecaster = FORECASTERS[agent.backend](ctx, agent, version)
     if forecaster.max_samples is not None:
         samples = min(samples, forecaster.max_samples)

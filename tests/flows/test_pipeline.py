@@ -6,12 +6,21 @@ no database URL: they read FW_DB_URL, or the Prefect Secret block FW_DB_URL_SECR
 from __future__ import annotations
 
 import json
+import logging
 import socket
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterKey,
+    ArtifactFilterType,
+    LogFilter,
+    LogFilterTextSearch,
+)
+from prefect.logging.handlers import APILogWorker
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
@@ -87,8 +96,21 @@ def _failed_cycle(**params) -> dict:
     return {s.stage: s for s in failure.stages}
 
 
+@pytest.fixture
+def run_logs_at_info() -> Iterator[None]:
+    """The flow and task run loggers at INFO for one test (the suite keeps Prefect at
+    WARNING, tests/conftest.py), so the stages' one-line summaries reach the server."""
+    loggers = [logging.getLogger(n) for n in ("prefect.flow_runs", "prefect.task_runs")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.INFO)
+    yield
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
+
+
 def test_daily_cycle_runs_the_loop_and_reports_a_failing_source(
-    prefect_harness, engine, db_url: str, tmp_path, monkeypatch
+    prefect_harness, engine, db_url: str, tmp_path, monkeypatch, run_logs_at_info
 ) -> None:
     world = World(WorldConfig(seed=5, questions_per_day=5, cancel_rate=0.0))
     clock = SimClock(world.day_start(2) + timedelta(hours=12))
@@ -116,6 +138,20 @@ def test_daily_cycle_runs_the_loop_and_reports_a_failing_source(
         summary = _latest_artifact(CYCLE_SUMMARY_KEY).data
         assert f"Daily cycle {run_key_for(clock.now())}" in summary
         assert "polymarket" in summary and "What failed and why" in summary
+        # every task says what it did in the run's logs, and predict reports its progress
+        APILogWorker.drain_all(timeout=60)
+        with get_client(sync_client=True) as client:
+            said = LogFilter(text=LogFilterTextSearch(query=": "))
+            messages = [log.message for log in client.read_logs(log_filter=said, limit=200)]
+            progress = client.read_artifacts(
+                artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["progress"]))
+            )
+        said_predict = f"predict crowd: policy version 0, questions {posed}, rollouts {posed}"
+        assert any(m.startswith(said_predict) for m in messages), messages
+        assert any(m.startswith("harvest: ") and "questions new" in m for m in messages)
+        assert any(m.startswith("backfill: ") for m in messages)
+        predicted = [a for a in progress if a.description == "predict crowd: questions forecast"]
+        assert predicted and all(a.data == 100.0 for a in predicted), [a.data for a in predicted]
 
         # Re-running the same day changes nothing.
         again = _failed_cycle(as_of=day2, **params)
