@@ -48,7 +48,7 @@ def _as_postgres(*command: str) -> subprocess.CompletedProcess[str]:
 
 @dataclass
 class ThrowawayPostgres:
-    """A Postgres cluster of this test alone: `stop()`, `start()`, `restart_after(s)`."""
+    """A Postgres cluster of this test alone: `stop()`, `start()`, `start_in_background()`."""
 
     data_dir: Path
     port: int
