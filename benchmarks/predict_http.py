@@ -32,9 +32,13 @@ thread waits on the stream most of the run (1.7 of 1.9 s with 0.2 s single turns
 busy 0.56 s of 2 s persisting before). What is left is the client's transport: 32 Python
 threads waking, parsing and sending under one interpreter lock (the closed loop's own mean
 in flight, with no engine, was 0.83–0.95 × max_concurrency on the shared 2-core machine),
-the ramp of the first wave (32 new connections), and the drain above. With 0.2 s single
-turns predict keeps 0.85–1.0 of the closed loop's mean in flight; multi-turn 0.8 of it and
-0.85–0.88 of the perfect client's.
+the ramp of the first wave (32 new connections), and the drain above. Measured with 0.2 s
+requests (--request-ms 200 --new-tokens 40, SQLite, alternating with the code before):
+single turns, 64 questions: 0.86–0.90 × max_concurrency (before 0.81–0.85; closed loop
+0.92–0.94); 3 turns, search rate 0.5, 64 questions: 0.84–0.86 (before 0.62–0.64; closed loop
+0.93, perfect client 0.95), 5.1–5.3k tokens/s against 3.8–3.9k; 32 questions: 0.73–0.77
+(before 0.47–0.69; perfect client 0.86). With 6 s requests both codes reach 0.98 single-turn
+and 0.99 of the perfect client multi-turn.
 
     .venv/bin/python benchmarks/predict_http.py [--questions 64 --samples 8 --per-token-ms 3]
     .venv/bin/python benchmarks/predict_http.py --questions 32 --request-ms 200 --new-tokens 40
