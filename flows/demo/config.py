@@ -83,13 +83,16 @@ class DemoConfig:
     research_max_new_tokens: int = 24
     """A research turn's budget: the longest action (a query of entity and event, or an
     answer) is 11 tokens with the demo's tokenizer; 24 leaves a sampled query room."""
-    research_search_k: int = 3
-    """Results a research search shows: the evidence is among the first three for most
-    "<entity> <event>" queries, and every result lengthens the sequences the warm start and
-    each update forward (on 2 cores the warm start's cost is the sequences' length)."""
-    research_sft_epochs: int = 6
+    research_search_k: int = 2
+    """Results a research search shows: a question's two evidence articles match every word
+    of an "<entity> <event>" query, so they rank first unless another question shares its
+    entity and event; every result lengthens the sequences the warm start and each update
+    forward (on 2 cores the warm start's cost is the sequences' length)."""
+    research_sft_epochs: int = 10
     """Warm-start epochs on the research demonstrations (their rows are ~5x the brief one-turn
     rows, so the default demo's 20 epochs would cost ~5x its warm start)."""
+    research_sft_learning_rate: float = 2e-3
+    """The research warm start's learning rate: few epochs on long rows, so a larger step."""
     research_panel_questions: int = 480
     """Held-out research-panel questions, one sample each. Multi-turn panel rollouts cost
     about three times a one-turn forecast's tokens and each reads a corpus of about 2000
@@ -98,7 +101,7 @@ class DemoConfig:
     """Share of the reference researcher's rollouts that search (the rest answer the prior)."""
     research_poor_query_rate: float = 0.3
     """Share of its searches that query the entity alone (a poor query)."""
-    research_open_rate: float = 0.3
+    research_open_rate: float = 0.2
     """Share of its searches followed by opening the top result."""
     research_sharpening: float = 2.0
     """Its answers' log-odds are this multiple of the posterior from the readings it saw."""
@@ -194,7 +197,9 @@ class DemoConfig:
         return TrainOptions(
             config=TrainConfig(
                 estimator=Estimator.SFT,
-                learning_rate=self.sft_learning_rate,
+                learning_rate=self.research_sft_learning_rate
+                if self.research
+                else self.sft_learning_rate,
                 ppo_epochs=self.research_sft_epochs if self.research else self.sft_epochs,
                 micro_batch_tokens=2048,
                 groups_per_step=4,

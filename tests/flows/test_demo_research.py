@@ -29,10 +29,27 @@ from flows.demo.run import run_demo
 from futureworld.agent.loop import run_tool
 from futureworld.agent.parsing import ActionKind, parse_action
 from futureworld.agent.prompts import encode_prompt, observation_frame
+from futureworld.domain import GenerationSettings
 from futureworld.policy.tiny import train_tokenizer
 from futureworld.world import World, WorldConfig
 
 SETTINGS = DemoConfig(research=True).generation
+
+
+def test_research_is_off_by_default_and_the_default_demo_keeps_its_settings() -> None:
+    default = DemoConfig()
+    assert not default.research and default.world_config(seed=0) == WorldConfig(seed=0)
+    assert default.generation == GenerationSettings(
+        max_turns=1, max_new_tokens=12, max_total_tokens=1024, brief_prompt=True, seed=0
+    )
+    assert default.warm_start.config.ppo_epochs == default.sft_epochs
+    research = DemoConfig(research=True, seed=2)
+    assert research.world_config(seed=2) == WorldConfig(seed=2, research=True)
+    assert research.generation.max_turns >= 3 and research.generation.seed == 2
+    with pytest.raises(ValueError, match="binary questions only"):
+        DemoConfig(research=True, kinds=("binary", "choice"))
+    with pytest.raises(ValueError, match="validation_fraction"):
+        DemoConfig(validation_fraction=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +152,7 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
         questions_per_day=10,
         samples=4,
         research_panel_questions=60,
+        sft_days=2,
     )
     result = run_demo(config)
     research = result.research
