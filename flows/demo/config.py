@@ -25,6 +25,18 @@ WARM_START_VERSION = 1
 
 @dataclass(frozen=True, kw_only=True)
 class DemoConfig:
+    """What the demo runs; the defaults are `make demo`'s (research off).
+
+    Model size, research on: the research demo keeps the 64-wide, 2-layer model. Its warm
+    start's cost is the demonstrations' length (prompt, search results and opened articles
+    are forwarded, ~5x a brief one-turn row), so on 2 shared cores a larger model or more
+    epochs did not fit the time budget. At this size, 80 demonstrations x 10 epochs teach the
+    tool-call format (first-turn tool calls 0.67 on the panel vs the demonstrations' 0.75,
+    seed 0), but not yet to copy the question's entity and event into the query: the
+    warm-started model's queries name plausible entities of its own, and its searches find
+    the question's evidence on none of the panel's rollouts.
+    """
+
     out_dir: Path = Path("reports/demo")
     """Report folder; the demo's database, model and checkpoints go to `out_dir/state`."""
     rounds: int = 30

@@ -419,12 +419,12 @@ def research_report(summary: ResearchSummary, out_dir: Path) -> tuple[str, dict[
     plot_metric_by_round(
         {
             "forecaster (panel)": [(m.round, m.brier) for m in rows],
-            "informed floor": [(m.round, m.informed_brier) for m in rows],
-            "uninformed floor": [(m.round, m.uninformed_brier) for m in rows],
+            "informed floor (same questions)": [(m.round, m.informed_brier) for m in rows],
+            "uninformed floor (same questions)": [(m.round, m.uninformed_brier) for m in rows],
         },
         out_dir / "research_brier_by_round.png",
         metric="Brier",
-        title="Research panel Brier and its floors (lower is better)",
+        title="Research panel Brier and the floors on the questions it answered",
     )
     lines = [
         "## Research",

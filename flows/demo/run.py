@@ -31,6 +31,16 @@ update trains every question on its own kind's reward (brier, rlcr, crps), answe
 `kind_max_new_tokens` tokens, and each round's policy is also scored on a held-out panel per
 kind (flows.demo.kinds). Binary questions are always posed; the default (binary only) demo
 runs exactly as it did before kinds existed.
+
+`research` (`--research`) runs the demo on a research world (no question states its cue; its
+evidence articles do): the learner answers in up to `research_max_turns` brief turns with
+search and open (the daily cycle's predict searches the demo's SQLite store of harvested
+articles), the warm start is the rollout engine's own trajectories of a scripted reference
+researcher over the warm world's articles (flows.demo.researcher), and each round's policy
+researches a held-out research panel over its world's articles (flows.demo.research_panel);
+the report adds each round's research rates, both floors and the gap closed. Every report
+lists the versions and the promotion gate's verdicts; the gate holds out
+`validation_fraction` of the live questions (FW_VALIDATION_FRACTION of the flows).
 """
 
 from __future__ import annotations
