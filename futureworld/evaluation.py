@@ -68,6 +68,8 @@ class ForecastRecord:
     question: str | None = None
     """The question's external id (unique within its source): the question of the difficulty
     model (futureworld.leaderboard); None where the caller has no id."""
+    resolved_at: datetime | None = None
+    """When the outcome resolved: the end of the forecast's horizon (futureworld.horizons)."""
 
     @property
     def samples(self) -> tuple[float, ...]:

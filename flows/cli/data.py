@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.cli.common import DbOption, UserError, cli_context, console
+from flows.cli.history import RoundOption
 from futureworld.domain import Agent, BackendKind, GenerationSettings
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
@@ -51,10 +52,13 @@ def import_forecastbench(
             readable=True,
         ),
     ] = None,
+    round_: RoundOption = None,
     db: DbOption = None,
 ) -> None:
     """Import a ForecastBench question set, or every round in a folder (data: CC BY-SA 4.0,
-    Forecasting Research Institute)."""
+    Forecasting Research Institute). --round checks that the files are of that round; with a
+    folder it imports that round only."""
+    from flows.cli.history import round_date
     from flows.stages.importing import import_forecastbench as run_import
     from flows.stages.importing import import_forecastbench_folder
     from futureworld.sources.forecastbench import ForecastBenchFormatError
@@ -66,11 +70,13 @@ def import_forecastbench(
     with cli_context(db) as ctx:
         try:
             if question_set.is_dir():
-                history = import_forecastbench_folder(ctx, question_set)
+                history = import_forecastbench_folder(ctx, question_set, round=round_date(round_))
                 reports = [(f"round {files.due}: ", r) for files, r in history.rounds]
                 errors = history.errors
             else:
-                reports = [("", run_import(ctx, question_set, resolutions))]
+                reports = [
+                    ("", run_import(ctx, question_set, resolutions, round=round_date(round_)))
+                ]
                 errors = []
         except ForecastBenchFormatError as error:
             raise UserError(f"import failed: {error}") from None

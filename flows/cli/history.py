@@ -25,6 +25,28 @@ from flows.cli.progress import progress_report
 export_app = typer.Typer(no_args_is_help=True, help="Export forecasts.")
 
 
+def _check_round(value: str | None) -> str | None:
+    if value is not None:
+        _day(value, "--round")
+    return value
+
+
+RoundOption = Annotated[
+    str | None,
+    typer.Option(
+        "--round",
+        help="Only the questions of this ForecastBench round (its forecast due date, YYYY-MM-DD).",
+        callback=_check_round,
+    ),
+]
+"""`--round`, shared by import forecastbench, predict, evaluate, export and backtest."""
+
+
+def round_date(value: str | None) -> date | None:
+    """The day a checked `--round` value names."""
+    return None if value is None else date.fromisoformat(value)
+
+
 @export_app.command("forecastbench")
 def export_forecastbench_command(
     agent: Annotated[str, typer.Option("--agent", help="Agent name.")],
@@ -39,6 +61,7 @@ def export_forecastbench_command(
         ),
     ],
     out: Annotated[Path, typer.Option("--out", help="Forecast file to write (JSON).")],
+    round_: RoundOption = None,
     version: Annotated[
         int | None,
         typer.Option(min=0, help="Policy version (default: the newest that forecast the set)."),
@@ -51,14 +74,17 @@ def export_forecastbench_command(
     db: DbOption = None,
 ) -> None:
     """Write an agent's forecasts of a ForecastBench question set in ForecastBench's
-    submission format."""
+    submission format (--round: the set must be of that round)."""
     from flows.stages.exporting import export_forecastbench
+    from flows.stages.importing import check_round
     from futureworld.sources.forecastbench import ForecastBenchFormatError
+    from storage.repositories.questions import UnknownRound
 
     writable_file(out, "--out")
     with cli_context(db) as ctx:
         require_agent(ctx, agent)
         try:
+            check_round(ctx, round_date(round_))
             report = export_forecastbench(
                 ctx,
                 agent,
@@ -67,7 +93,10 @@ def export_forecastbench_command(
                 organization=organization,
                 model=model,
                 model_organization=model_organization,
+                round=round_date(round_),
             )
+        except UnknownRound as error:
+            raise UserError(str(error)) from None
         except (ForecastBenchFormatError, ValueError) as error:
             raise UserError(f"export failed: {error}") from None
     write_output(out, "--out", json.dumps(report.document, indent=2))
@@ -119,12 +148,16 @@ def backtest_command(
     out: Annotated[
         Path | None, typer.Option("--out", help="Report folder (default: reports/backtest-AGENT).")
     ] = None,
+    round_: RoundOption = None,
     db: DbOption = None,
 ) -> None:
     """Replay the daily cycle over imported history with a simulated clock: forecast what is
     open, reveal only outcomes resolved by the clock, backfill, train; then score every round
-    against the reference on the same questions."""
+    against the reference on the same questions (--round: only that ForecastBench round's
+    questions are forecast and scored)."""
     from flows.stages.backtesting import BacktestOptions, BacktestRound, run_backtest
+    from flows.stages.importing import check_round
+    from storage.repositories.questions import UnknownRound
 
     try:
         options = BacktestOptions(
@@ -137,6 +170,7 @@ def backtest_command(
             limit=limit,
             reference=reference,
             fallback_reference=None if fallback_reference == "none" else fallback_reference,
+            round=round_date(round_),
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
@@ -148,6 +182,10 @@ def backtest_command(
         folder = out or ctx.reports_dir / f"backtest-{agent}"
         if folder.exists() and not folder.is_dir():
             raise UserError(f"--out {folder}: is a file; give a folder")
+        try:
+            check_round(ctx, options.round)
+        except UnknownRound as error:
+            raise UserError(str(error)) from None
         rounds = len(options.clocks())
         with progress_report(console, f"backtest {agent}", rounds) as progress:
 

@@ -20,6 +20,7 @@ from flows.cli.common import (
     writable_file,
     write_output,
 )
+from flows.cli.history import RoundOption, round_date
 from flows.stages.serving import ServeReport
 from flows.stages.training import TrainOptions
 from flows.tracking import ReportTo
@@ -247,6 +248,15 @@ def evaluate_command(
         ),
     ] = None,
     agent: Annotated[list[str] | None, typer.Option("--agent", help="Only these agents.")] = None,
+    round_: RoundOption = None,
+    by_horizon: Annotated[
+        bool,
+        typer.Option(
+            "--by-horizon",
+            help="Also break the binary table down by horizon (forecast to resolution: ≤7 d, "
+            "8–30 d, 31–90 d, 91–180 d, >180 d), every source pooled.",
+        ),
+    ] = False,
     as_of: AsOfOption = None,
     db: DbOption = None,
 ) -> None:
@@ -255,22 +265,30 @@ def evaluate_command(
     (binary, choice, numeric), with ForecastBench's leaderboard on imported ForecastBench
     questions (5% rule, difficulty-adjusted Brier, Brier Index, the difficulty model's reference
     set). --json writes the rows of each kind: "rows" (binary), "choice_rows", "numeric_rows",
-    "forecastbench" (leaderboard rows) and "forecastbench_reference_set"."""
-    from flows.stages.evaluating import evaluate
+    "forecastbench" (leaderboard rows) and "forecastbench_reference_set", with --by-horizon also
+    "horizon_rows" (each a binary row with its "horizon"). --round scores only the forecasts of
+    that ForecastBench round's questions."""
+    from flows.stages.evaluating import baseline_agents, evaluate
     from futureworld.evaluation import (
         plot_reliability,
         reliability_groups,
         score_cell,
     )
     from futureworld.evaluation_kinds import pit_groups, plot_pit_histogram
+    from futureworld.horizons import score_by_horizon
     from futureworld.leaderboard import leaderboard_rows_text
+    from storage.repositories.questions import UnknownRound
 
     writable_file(json_path, "--json")
     writable_file(plot, "--plot")
     with cli_context(db, as_of) as ctx:
         for name in agent or ():
             require_agent(ctx, name)
-        evaluation = evaluate(ctx, agent)
+        try:
+            evaluation = evaluate(ctx, agent, round=round_date(round_))
+        except UnknownRound as error:
+            raise UserError(str(error)) from None
+        baselines = baseline_agents(ctx) if by_horizon else set()
     # the terminal's short headers; the JSON and the artifact keep every column
     columns = {
         "n": "n q", "parse_rate": "parsed", "brier": "Brier", "brier_ci": "95% CI",
@@ -287,6 +305,19 @@ def evaluate_command(
             *(score_cell(getattr(row, c)) for c in columns),
         )
     console.print(binary)
+    horizon_rows = (
+        score_by_horizon(evaluation.records, reference_agents=baselines) if by_horizon else []
+    )
+    if by_horizon:
+        by_time = Table("agent", "ver", "horizon", *columns.values(), title="by horizon")
+        for label, row in horizon_rows:
+            by_time.add_row(
+                row.agent or "all",
+                str(row.policy_version),
+                label,
+                *(score_cell(getattr(row, c)) for c in columns),
+            )
+        console.print(by_time)
     for title, kind_rows in (
         ("choice questions", evaluation.choice_rows),
         ("numeric questions", evaluation.numeric_rows),
@@ -305,6 +336,11 @@ def evaluate_command(
                 "numeric_rows": [r.as_dict() for r in evaluation.numeric_rows],
                 "forecastbench": [h.as_dict() for h in board.rows] if board else [],
                 "forecastbench_reference_set": board.as_dict()["reference_set"] if board else {},
+                **(
+                    {"horizon_rows": [{"horizon": h, **r.as_dict()} for h, r in horizon_rows]}
+                    if by_horizon
+                    else {}
+                ),
             },
             indent=2,
         )

@@ -21,6 +21,7 @@ from flows.cli.common import (
     console,
     require_agent,
 )
+from flows.cli.history import RoundOption, round_date
 from flows.cli.progress import progress_report
 from flows.stages.problems import SourceStatus, any_failed
 from flows.stages.resolving import ManualVerdict, UnknownQuestion
@@ -70,13 +71,21 @@ def predict_command(
     ] = 1,
     as_of: AsOfOption = None,
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many questions.")] = None,
+    round_: RoundOption = None,
     db: DbOption = None,
 ) -> None:
-    """Forecast every open question this agent's current policy has not forecast yet."""
+    """Forecast every open question this agent's current policy has not forecast yet (--round:
+    of that ForecastBench round only)."""
+    from flows.stages.importing import check_round
     from flows.stages.predicting import predict
+    from storage.repositories.questions import UnknownRound
 
     with cli_context(db, as_of) as ctx:
         require_agent(ctx, agent)
+        try:
+            check_round(ctx, round_date(round_))
+        except UnknownRound as error:
+            raise UserError(str(error)) from None
         with progress_report(console, f"predict {agent}", limit) as progress:
             rollouts = 0
 
@@ -98,6 +107,7 @@ def predict_command(
                 limit=limit,
                 on_group=on_group,
                 on_total=lambda n: progress.update(total=n),
+                round=round_date(round_),
             )
     console.print(
         f"{report.agent} v{report.policy_version}: {report.questions} questions, "

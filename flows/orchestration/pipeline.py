@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import date
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -217,8 +218,10 @@ def serve_task(ctx: PipelineContext, agent: str) -> ServeReport:
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
-def evaluate_task(ctx: PipelineContext, agents: Sequence[str] | None) -> Evaluation:
-    return evaluate(ctx, agents)
+def evaluate_task(
+    ctx: PipelineContext, agents: Sequence[str] | None, round: str | None = None
+) -> Evaluation:
+    return evaluate(ctx, agents, round=None if round is None else date.fromisoformat(round))
 
 
 @task(name="backtest", task_run_name="backtest-{agent}", tags=[TRAIN_TAG], cache_policy=NO_CACHE)
@@ -350,11 +353,12 @@ def replay_and_train_flow(
 
 @flow(name="evaluate", flow_run_name=_run_name("evaluate"))
 def evaluate_flow(
-    as_of: str | None = None, agents: list[str] | None = None
+    as_of: str | None = None, agents: list[str] | None = None, round: str | None = None
 ) -> list[dict[str, Any]]:
-    """Score every agent and policy version side by side, per source and overall."""
+    """Score every agent and policy version side by side, per source and overall (`round`,
+    YYYY-MM-DD: only the forecasts of that ForecastBench round's questions)."""
     with _open(as_of) as ctx:
-        evaluation = evaluate_task(ctx, agents)
+        evaluation = evaluate_task(ctx, agents, round)
         _publish_evaluation(ctx, evaluation)
         return [row.as_dict() for row in evaluation.rows]
 
@@ -462,12 +466,12 @@ def backtest_flow(
     limit: int | None = None,
     reference: str = "crowd",
     train: TrainOptions = TrainOptions(),
+    round: str | None = None,
 ) -> list[dict[str, Any]]:
     """Replay the daily cycle over imported history from `start` to `end` (YYYY-MM-DD) with a
     simulated clock (flows.stages.backtesting); the report folder goes under the reports
-    directory (backtest-AGENT), and the per-round table is the flow's result."""
-    from datetime import date
-
+    directory (backtest-AGENT), and the per-round table is the flow's result. `round`
+    (YYYY-MM-DD): only that ForecastBench round's questions are forecast and scored."""
     options = BacktestOptions(
         agent=agent,
         start=date.fromisoformat(start),
@@ -478,6 +482,7 @@ def backtest_flow(
         limit=limit,
         reference=reference,
         train=train,
+        round=None if round is None else date.fromisoformat(round),
     )
     with _open(start) as ctx:
         report = backtest_task(ctx, agent, options)

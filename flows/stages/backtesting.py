@@ -20,7 +20,10 @@ forecast instead (by default the smoothed base rate of its source, futureworld.b
 every resolved binary question the agent forecast is scored; each round and the report count
 how many were paired with which, and what was left out and why (`LeftOut`, `Coverage`).
 Re-running a backtest over the same days is idempotent (each stage is): questions already
-forecast by the current version are skipped.
+forecast by the current version are skipped. With a round (`BacktestOptions.round`) every
+predict of the run (agent and references) is limited to that ForecastBench round's questions
+and only they are scored and counted in the coverage (storage.repositories.questions.
+round_question_ids); training still replays whatever groups are complete.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from flows.stages.training import TrainOptions, replay_and_train
 from futureworld.domain import OutcomeStatus, QuestionKind
 from futureworld.scoring import brier, paired_bootstrap_difference
 from storage.engine import session_scope
-from storage.repositories.questions import latest_outcomes, list_questions
+from storage.repositories.questions import latest_outcomes, list_questions, round_question_ids
 from storage.repositories.rollouts import forecasts_of
 
 
@@ -70,6 +73,8 @@ class BacktestOptions:
     futureworld.baselines.base_rate) or "uniform" (0.5); None leaves such questions out,
     counted as `no_reference`."""
     train: TrainOptions = field(default_factory=TrainOptions)
+    round: date | None = None
+    """Only the questions of this ForecastBench round (its forecast due date); None: all."""
 
     def __post_init__(self) -> None:
         if self.end < self.start:
@@ -173,6 +178,9 @@ def run_backtest(
     if options.fallback_reference is not None:
         ctx.agent(options.fallback_reference)
     assert agent.id is not None
+    if options.round is not None:  # an unknown round fails before any simulated day
+        with session_scope(ctx.engine) as session:
+            round_question_ids(session, options.round)
     rounds: list[BacktestRound] = []
     made: dict[int, set[int]] = {}
     for index, clock in enumerate(options.clocks()):
@@ -183,10 +191,12 @@ def run_backtest(
         if trains and agent.backend.generates:
             trained = replay_and_train(day, agent.name, options.train)
         before = _rollout_ids(ctx, agent.id)
-        report = predict(day, agent.name, samples=options.samples, limit=options.limit)
+        report = predict(
+            day, agent.name, samples=options.samples, limit=options.limit, round=options.round
+        )
         for reference in dict.fromkeys((options.reference, options.fallback_reference)):
             if reference is not None and reference != agent.name:
-                predict(day, reference, samples=1)
+                predict(day, reference, samples=1, round=options.round)
         made[index] = _rollout_ids(ctx, agent.id) - before
         result = BacktestRound(
             round=index,
@@ -225,10 +235,13 @@ def _score_rounds(
     fallback's where the reference has none), with the outcomes revealed by the last clock."""
     agent = ctx.agent(options.agent)
     with session_scope(ctx.engine) as session:
+        scope = None if options.round is None else round_question_ids(session, options.round)
         outcomes = {
             qid: float(o.value)
             for qid, o in latest_outcomes(session, as_of=last).items()
-            if o.status is OutcomeStatus.RESOLVED and o.value is not None
+            if o.status is OutcomeStatus.RESOLVED
+            and o.value is not None
+            and (scope is None or qid in scope)
         }
         binary = {
             q.id

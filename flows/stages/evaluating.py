@@ -14,13 +14,17 @@ from its stored probability vector (Trajectory.probabilities).
 As of an instant (`as_of`, a backtest's clock): only forecasts made by then and outcomes
 revealed by then (resolved_at <= as_of, the definition in storage.repositories.questions)
 count, so a past day's evaluation is what that day could have known.
+
+With a round (a ForecastBench round's forecast due date) only the forecasts of that round's
+questions count (storage.repositories.questions.round_question_ids), in every table and in
+the leaderboard, so a database holding several rounds scores one at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 
 from flows.context import PipelineContext
 from futureworld.baselines import base_rate
@@ -48,7 +52,12 @@ from futureworld.evaluation_kinds import (
 from futureworld.leaderboard import ForecastBenchLeaderboard, forecastbench_leaderboard
 from storage.engine import session_scope
 from storage.repositories.agents import list_agents
-from storage.repositories.questions import latest_outcomes, list_questions, resolved_history
+from storage.repositories.questions import (
+    latest_outcomes,
+    list_questions,
+    resolved_history,
+    round_question_ids,
+)
 from storage.repositories.rewards import rollout_answers
 from storage.repositories.rollouts import forecast_groups, forecasts_of
 
@@ -73,17 +82,23 @@ def _made_by(forecast_as_of: datetime | None, as_of: datetime) -> bool:
 
 
 def forecast_records(
-    ctx: PipelineContext, agent_names: Sequence[str] | None = None
+    ctx: PipelineContext, agent_names: Sequence[str] | None = None, *, round: date | None = None
 ) -> list[ForecastRecord]:
     """One record per forecast (an agent version's group of rollouts of a question at one
     forecast time) made by `ctx.as_of` of a binary question with a current resolved outcome
     revealed by then, oldest first per agent: p_yes is the mean of the group's rollouts, an
-    unparsed one counted as IMPUTED_P (`question_forecast`); each carries its `as_of`."""
+    unparsed one counted as IMPUTED_P (`question_forecast`); each carries its `as_of` and its
+    outcome's `resolved_at`. With `round`, only that round's questions."""
     as_of = ctx.as_of
     wanted = None if not agent_names else set(agent_names)
     with session_scope(ctx.engine) as session:
         agents = [a for a in list_agents(session) if wanted is None or a.name in wanted]
-        questions = {q.id: q for q in list_questions(session) if q.kind is QuestionKind.BINARY}
+        scope = None if round is None else round_question_ids(session, round)
+        questions = {
+            q.id: q
+            for q in list_questions(session)
+            if q.kind is QuestionKind.BINARY and (scope is None or q.id in scope)
+        }
         outcomes = latest_outcomes(session, as_of=as_of)
         history = resolved_history(session, as_of=as_of)
         records: list[ForecastRecord] = []
@@ -110,6 +125,7 @@ def forecast_records(
                         sample_p=sample_p if len(sample_p) > 1 else (),
                         imputed=imputed,
                         question=question.external_id,
+                        resolved_at=outcome.resolved_at,
                     )
                 )
     return records
@@ -122,17 +138,22 @@ def baseline_agents(ctx: PipelineContext) -> set[str]:
 
 
 def kind_records(
-    ctx: PipelineContext, agent_names: Sequence[str] | None = None
+    ctx: PipelineContext, agent_names: Sequence[str] | None = None, *, round: date | None = None
 ) -> tuple[list[ChoiceForecastRecord], list[NumericForecastRecord]]:
     """One record per parsed choice or numeric rollout made by `ctx.as_of` whose question has
     a current resolved outcome revealed by then, oldest first per agent (numeric ones on their
-    question's unit axis)."""
+    question's unit axis). With `round`, only that round's questions."""
     as_of = ctx.as_of
     wanted = None if not agent_names else set(agent_names)
     choice: list[ChoiceForecastRecord] = []
     numeric: list[NumericForecastRecord] = []
     with session_scope(ctx.engine) as session:
-        questions = {q.id: q for q in list_questions(session) if q.kind is not QuestionKind.BINARY}
+        scope = None if round is None else round_question_ids(session, round)
+        questions = {
+            q.id: q
+            for q in list_questions(session)
+            if q.kind is not QuestionKind.BINARY and (scope is None or q.id in scope)
+        }
         outcomes = {
             qid: o
             for qid, o in latest_outcomes(session, as_of=as_of).items()
@@ -173,13 +194,16 @@ def _kind_record(
     return numeric_record(question, answer.quantiles, outcome.value, **common)
 
 
-def evaluate(ctx: PipelineContext, agent_names: Sequence[str] | None = None) -> Evaluation:
+def evaluate(
+    ctx: PipelineContext, agent_names: Sequence[str] | None = None, *, round: date | None = None
+) -> Evaluation:
     """Score every agent and policy version side by side, per source and overall, with one
     table per question kind and ForecastBench's leaderboard, as `ctx.as_of` could have known.
     The scored set of the 5% rule and of the difficulty model is every forecaster evaluated
-    together (all agents unless `agent_names` narrows them)."""
-    records = forecast_records(ctx, agent_names)
-    choice, numeric = kind_records(ctx, agent_names)
+    together (all agents unless `agent_names` narrows them); with `round`, of that ForecastBench
+    round's questions only (UnknownRound when none is stored)."""
+    records = forecast_records(ctx, agent_names, round=round)
+    choice, numeric = kind_records(ctx, agent_names, round=round)
     baselines = baseline_agents(ctx)
     return Evaluation(
         records=records,

@@ -7,6 +7,9 @@ their round-prefixed external ids, so it must have been imported (`import foreca
 The policy version is `version`, else the newest version of the agent that forecast any of
 the set's questions. A question's forecast is the mean P(yes) of that version's parsed
 rollouts of it; questions it did not forecast are left out (ForecastBench imputes them).
+The set's questions in the store are its round's (storage.repositories.questions.
+round_question_ids, the definition every `--round` command uses); a `round` given by the
+caller must be the set's own.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from flows.stages.importing import read_file
 from futureworld.sources.forecastbench import ForecastBenchFormatError, parse_question_set
 from futureworld.sources.forecastbench_export import ForecastKey, Submission, forecast_file
 from storage.engine import session_scope
-from storage.repositories.questions import question_ids
+from storage.repositories.questions import question_ids, round_question_ids
 from storage.repositories.rollouts import forecasts_of
 
 
@@ -46,15 +49,23 @@ def export_forecastbench(
     organization: str = "FutureWorld",
     model: str | None = None,
     model_organization: str = "FutureWorld",
+    round: date | None = None,
 ) -> ExportReport:
-    """The forecast file of `agent_name` on the question set at `question_set`."""
+    """The forecast file of `agent_name` on the question set at `question_set` (which must be
+    of `round` when given)."""
     text = read_file(question_set)
     parsed = parse_question_set(text, str(question_set))
+    if round is not None and parsed.forecast_due_date != round:
+        raise ForecastBenchFormatError(
+            f"{question_set}: a question set of round {parsed.forecast_due_date}, not of "
+            f"--round {round}"
+        )
     document = json.loads(text)
     agent = ctx.agent(agent_name)
     keys = {(q.source, q.external_id): q for q in parsed.questions}
     with session_scope(ctx.engine) as session:
-        ids = question_ids(session, keys)
+        scope = round_question_ids(session, parsed.forecast_due_date)
+        ids = {key: i for key, i in question_ids(session, keys).items() if i in scope}
         if not ids:
             raise ForecastBenchFormatError(
                 f"{question_set}: none of its questions is stored; import it first with "

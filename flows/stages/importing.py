@@ -13,6 +13,11 @@ no question set in the folder) is reported by name and the other rounds still im
 market question posed in several rounds becomes one question per round, with that round's
 cut-off and crowd value (futureworld.sources.forecastbench).
 
+A round named by the caller (`round`, the forecast due date) is checked: a question set or
+resolution set of another round is refused before anything is written, and from a folder only
+that round is imported. The files always name their round (the parser requires
+forecast_due_date: it is the prefix of every imported question's external id).
+
 A news archive (JSONL or CSV, futureworld.sources.article_archive) is imported into the corpus
 in one transaction, its articles visible at their stated publication time; a refused row is
 reported by line and field and the other rows load; a re-import stores nothing new (articles
@@ -24,6 +29,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 
 from flows.context import PipelineContext
@@ -40,7 +46,12 @@ from futureworld.sources.forecastbench import (
 from futureworld.sources.forecastbench_outcomes import match_resolutions
 from storage.engine import session_scope
 from storage.repositories.articles import Visibility, insert_articles
-from storage.repositories.questions import question_ids, record_outcomes, upsert_questions
+from storage.repositories.questions import (
+    question_ids,
+    record_outcomes,
+    round_question_ids,
+    upsert_questions,
+)
 
 
 @dataclass(frozen=True)
@@ -63,9 +74,14 @@ def read_file(path: Path) -> str:
 
 
 def import_forecastbench(
-    ctx: PipelineContext, question_set: Path, resolution_set: Path | None = None
+    ctx: PipelineContext,
+    question_set: Path,
+    resolution_set: Path | None = None,
+    *,
+    round: date | None = None,
 ) -> ImportReport:
-    """Import one question set, and its resolution set when given."""
+    """Import one question set, and its resolution set when given; with `round`, both must be
+    of that round (ForecastBenchFormatError otherwise, nothing written)."""
     engine = ctx.engine
     questions = parse_question_set(read_file(question_set), str(question_set))
     resolutions = (
@@ -73,6 +89,11 @@ def import_forecastbench(
         if resolution_set is not None
         else None
     )
+    for path, parsed in ((question_set, questions), (resolution_set, resolutions)):
+        if round is not None and parsed is not None and parsed.forecast_due_date != round:
+            raise ForecastBenchFormatError(
+                f"{path}: its forecast_due_date is {parsed.forecast_due_date}, not --round {round}"
+            )
     skipped = Counter(questions.skipped)
     with session_scope(engine) as session:
         counts = upsert_questions(session, questions.questions)
@@ -106,6 +127,14 @@ def import_forecastbench(
         still_open=len(questions.questions) - len(matches),
         skipped=skipped,
     )
+
+
+def check_round(ctx: PipelineContext, round: date | None) -> None:
+    """Raise UnknownRound (storage.repositories.questions) unless `round` is None or has stored
+    questions: what an entrance checks before it starts a command's work."""
+    if round is not None:
+        with session_scope(ctx.engine) as session:
+            round_question_ids(session, round)
 
 
 @dataclass(frozen=True)
@@ -178,14 +207,24 @@ def find_rounds(folder: Path) -> tuple[list[RoundFiles], list[str]]:
     return sorted(rounds, key=lambda r: (r.due, r.question_set.name)), errors
 
 
-def import_forecastbench_folder(ctx: PipelineContext, folder: Path) -> HistoryReport:
-    """Import every round in `folder`, idempotently; a failing round is reported, the others
-    import."""
+def import_forecastbench_folder(
+    ctx: PipelineContext, folder: Path, *, round: date | None = None
+) -> HistoryReport:
+    """Import every round in `folder` (only `round` when given), idempotently; a failing round
+    is reported, the others import."""
     if not folder.is_dir():
         raise ForecastBenchFormatError(f"{folder}: not a folder")
     rounds, errors = find_rounds(folder)
     if not rounds and not errors:
         raise ForecastBenchFormatError(f"{folder}: no ForecastBench question set (*.json) in it")
+    if round is not None:
+        found = sorted({r.due for r in rounds})
+        rounds = [r for r in rounds if r.due[:10] == round.isoformat()]
+        if not rounds:
+            raise ForecastBenchFormatError(
+                f"{folder}: no question set of round {round} in it (rounds: "
+                f"{', '.join(found) or 'none'})"
+            )
     imported: list[tuple[RoundFiles, ImportReport]] = []
     for files in rounds:
         try:

@@ -44,6 +44,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import date
 from functools import partial
 
 from sqlalchemy import Engine
@@ -61,7 +62,7 @@ from storage.repositories.claims import (
     renew_claims,
 )
 from storage.repositories.events import PipelineEvent, record_events
-from storage.repositories.questions import list_questions, open_questions_at
+from storage.repositories.questions import list_questions, open_questions_at, round_question_ids
 from storage.repositories.reforecasts import questions_due
 from storage.repositories.rollouts import (
     PREDICT_STAGE,
@@ -127,13 +128,15 @@ def predict(
     limit: int | None = None,
     on_group: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
+    round: date | None = None,
 ) -> PredictReport:
     """Forecast every question open at `ctx.as_of` that this agent has not forecast yet (or
     whose current version's group has fewer than `samples` rollouts), plus, with
     `settings.reforecast_every_days`, those whose newest forecast is that old, at most
     `limit` questions. `on_group(n_rollouts)` is called after each persisted group and
     `on_total(n)` once, before the first claim, with the questions this run will claim at most
-    (fewer when another worker claims some first): progress."""
+    (fewer when another worker claims some first): progress. With `round`, only the questions
+    of that ForecastBench round (`round_question_ids`; UnknownRound when none is stored)."""
     engine = ctx.engine
     worker = ctx.settings.worker_id or default_worker_id()
     max_failures = ctx.settings.predict_max_failures
@@ -141,12 +144,21 @@ def predict(
     agent = ctx.agent(agent_name)
     assert agent.id is not None
     version = ctx.current_version(agent)
+
+    def open_ids(session: Session) -> list[int]:
+        scope = None if round is None else round_question_ids(session, round)
+        return [
+            q.id
+            for q in open_questions_at(session, ctx.as_of)
+            if q.id is not None and (scope is None or q.id in scope)
+        ]
+
     candidates, failures = run_transaction(
         engine,
         lambda session: (
             questions_due(
                 session,
-                [q.id for q in open_questions_at(session, ctx.as_of) if q.id is not None],
+                open_ids(session),
                 agent_id=agent.id,
                 policy_version=version.version,
                 as_of=ctx.as_of,

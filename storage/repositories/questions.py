@@ -9,13 +9,18 @@ not closed before T (close_at is None or > T), and has no revealed outcome revis
 stored revision counts, which is what live operation sees. The stored `status` column is a
 convenience for live listings; openness never reads it, so a question imported together
 with its resolution can still be forecast as of a date before that resolution.
+
+Rounds: the questions of a ForecastBench round (the forecast due date of its question set)
+are the imported questions whose external id starts with that date
+(futureworld.sources.forecastbench.round_external_id); `round_question_ids` is the one
+definition every command that takes `--round` uses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import date, datetime
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -133,6 +138,53 @@ def list_questions(
         statement = statement.where(QuestionRow.id.in_(list(ids)))
     rows = session.connection().execute(statement).mappings()
     return [question_from_row(cast(QuestionRow, SimpleNamespace(**row))) for row in rows]
+
+
+FORECASTBENCH_SOURCE_PREFIX = "forecastbench:"
+"""Question.source prefix of imported ForecastBench questions (futureworld.sources.forecastbench,
+which storage does not import)."""
+
+
+class UnknownRound(LookupError):
+    """No stored question belongs to the round asked for; the message names the stored ones."""
+
+
+def in_round(due: date) -> ColumnElement[bool]:
+    """The condition "this question is one of ForecastBench round `due`" on QuestionRow: an
+    imported question whose external id starts with the round's due date."""
+    return QuestionRow.source.startswith(
+        FORECASTBENCH_SOURCE_PREFIX, autoescape=True
+    ) & QuestionRow.external_id.startswith(f"{due.isoformat()}/", autoescape=True)
+
+
+def stored_rounds(session: Session) -> list[date]:
+    """The ForecastBench rounds that have stored questions, oldest first."""
+    prefix = func.substr(QuestionRow.external_id, 1, 10)
+    rows = session.execute(
+        select(prefix)
+        .where(QuestionRow.source.startswith(FORECASTBENCH_SOURCE_PREFIX, autoescape=True))
+        .distinct()
+    ).scalars()
+    rounds = set()
+    for text in rows:
+        try:
+            rounds.add(date.fromisoformat(text))
+        except ValueError:
+            continue  # not a round-prefixed id
+    return sorted(rounds)
+
+
+def round_question_ids(session: Session, due: date) -> set[int]:
+    """The ids of the questions of ForecastBench round `due` (`in_round`); UnknownRound when
+    none is stored."""
+    ids = set(session.scalars(select(QuestionRow.id).where(in_round(due))))
+    if not ids:
+        known = ", ".join(d.isoformat() for d in stored_rounds(session)) or "none"
+        raise UnknownRound(
+            f"round {due.isoformat()}: no question of it is stored (stored rounds: {known}); "
+            "import its question set with `futureworld import forecastbench`"
+        )
+    return ids
 
 
 def revealed_by(as_of: datetime | None) -> ColumnElement[bool] | None:
