@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from flows.context import PipelineContext
 from flows.demo.kinds import KindPanelScore
 from flows.demo.panel import PanelScore
-from flows.demo.research_panel import ResearchRound
+from flows.demo.research_panel import LiveResearch, ResearchRound
 from flows.stages.evaluating import forecast_records
 from futureworld.domain import PolicyVersion, QuestionKind
 from futureworld.evaluation import plot_metric_by_round, plot_reliability
@@ -348,6 +348,10 @@ class ResearchRoundMetrics:
     gap_closed: float
     """(Brier of round 0 − this round's) / (Brier of round 0 − round 0's informed floor):
     the share of the warm start's distance to the informed floor that RL has closed."""
+    live_rollouts: int = 0
+    """The round's own stored rollouts (the daily cycle's, on the live questions)."""
+    live_search_rate: float | None = None
+    live_evidence_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -359,9 +363,13 @@ class ResearchSummary:
 
 
 def research_summary(
-    rounds: Sequence[ResearchRound], demonstrations: tuple[float, float]
+    rounds: Sequence[ResearchRound],
+    demonstrations: tuple[float, float],
+    live: Sequence[LiveResearch] = (),
 ) -> ResearchSummary:
-    """Each research round's rates and floors, and the gap to the informed floor closed."""
+    """Each research round's rates and floors, the gap to the informed floor closed, and
+    what the round's own live rollouts researched."""
+    live_of = {r.round: r for r in live}
     rows = []
     start = rounds[0].score
     start_brier = brier(start.p_yes, start.y) if start.p_yes else NAN
@@ -383,9 +391,20 @@ def research_summary(
                 informed_brier=brier(s.p_true, s.y) if s.p_yes else NAN,
                 uninformed_brier=r.uninformed_brier,
                 gap_closed=(start_brier - round_brier) / start_gap if start_gap > 0 else NAN,
+                **_live_rates(live_of.get(s.round)),
             )
         )
     return ResearchSummary(rows, *demonstrations)
+
+
+def _live_rates(live: LiveResearch | None) -> dict[str, object]:
+    if live is None or live.rollouts == 0:
+        return {}
+    return {
+        "live_rollouts": live.rollouts,
+        "live_search_rate": live.searched / live.rollouts,
+        "live_evidence_rate": live.found_evidence / live.rollouts,
+    }
 
 
 def research_header(config: DemoConfig) -> str:
@@ -429,20 +448,31 @@ def research_report(summary: ResearchSummary, out_dir: Path) -> tuple[str, dict[
     lines = [
         "## Research",
         "",
+        "Rates are shares of the round's research-panel rollouts; the live columns are the "
+        "round's own daily-cycle rollouts (searching the demo's store of harvested articles), "
+        "evidence matched to the world's by guid.",
+        "",
         f"Warm-start demonstrations: first turn a tool call "
         f"{summary.demonstration_first_turn_tool_rate:.2f}, searched "
         f"{summary.demonstration_search_rate:.2f}.",
         "",
         "| round | version | searched | found evidence | first turn tool | turns | tokens | "
-        "parsed | Brier | informed floor | uninformed floor | gap closed |",
-        "|---" * 12 + "|",
+        "parsed | Brier | informed floor | uninformed floor | gap closed | live searched | "
+        "live found evidence (n) |",
+        "|---" * 14 + "|",
     ]
     for m in rows:
+        live = (
+            "— | —"
+            if m.live_search_rate is None
+            else f"{m.live_search_rate:.2f} | {m.live_evidence_rate:.2f} ({m.live_rollouts})"
+        )
         lines.append(
             f"| {m.round} | {m.policy_version} | {m.search_rate:.2f} | {m.evidence_rate:.2f} | "
             f"{m.first_turn_tool_rate:.2f} | {m.turns_per_rollout:.2f} | "
             f"{m.tokens_per_rollout:.1f} | {m.parse_rate:.2f} | {m.brier:.4f} | "
-            f"{m.informed_brier:.4f} | {m.uninformed_brier:.4f} | {m.gap_closed:+.2f} |"
+            f"{m.informed_brier:.4f} | {m.uninformed_brier:.4f} | {m.gap_closed:+.2f} | "
+            f"{live} |"
         )
     lines += [
         "",

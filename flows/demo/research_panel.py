@@ -12,9 +12,11 @@ rollout's observations can be checked for them. Seeds as in flows.demo.panel: th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session
 
 from flows.demo.panel import PanelScore, as_harvested
 from flows.demo.researcher import world_corpus
@@ -26,6 +28,9 @@ from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajec
 from futureworld.policy.base import PolicyBackend
 from futureworld.world import World, WorldConfig
 from futureworld.world.model import ArticleKind
+from storage.repositories.articles import articles_between
+from storage.repositories.questions import list_questions
+from storage.repositories.rollouts import rollouts_for
 
 PANEL_SEED_OFFSET = 20_000
 """The research panel world's seed is the demo's seed plus this (the warm start's is +10 000)."""
@@ -192,7 +197,7 @@ def score_research_panel(
             mine = [t for t in trajectory.turns if t.role == "assistant"]
             turns += len(mine)
             tokens += sum(trajectory.loss_mask)
-            searched += any(t.tool_name is ActionKind.SEARCH for t in mine)
+            searched += any(t.tool_name == ActionKind.SEARCH for t in mine)
             first_tool += bool(mine) and mine[0].tool_name in TOOLS
             found += bool(seen_article_ids(trajectory) & item.evidence_ids)
             if trajectory.parse_status is not ParseStatus.OK or trajectory.p_yes is None:
@@ -233,5 +238,45 @@ def demonstration_research(trajectories: Sequence[Trajectory]) -> tuple[float, f
     for trajectory in trajectories:
         mine = [t for t in trajectory.turns if t.role == "assistant"]
         first += bool(mine) and mine[0].tool_name in TOOLS
-        searched += any(t.tool_name is ActionKind.SEARCH for t in mine)
+        searched += any(t.tool_name == ActionKind.SEARCH for t in mine)
     return first / len(trajectories), searched / len(trajectories)
+
+
+@dataclass(frozen=True)
+class LiveResearch:
+    """What the learner's own rollouts of one round (the daily cycle's, stored) researched."""
+
+    round: int
+    rollouts: int
+    searched: int
+    found_evidence: int
+    """Rollouts whose observations hold an article whose guid is one of the question's
+    evidence articles in the world."""
+
+
+def live_research(
+    session: Session, agent_id: int, world: World, round_of: Callable[[datetime], int]
+) -> list[LiveResearch]:
+    """Per round, the stored rollouts of the agent: how many searched and found evidence
+    (articles matched to the world's evidence by guid, questions by external id)."""
+    trajectories = rollouts_for(session, agent_id=agent_id)
+    if not trajectories:
+        return []
+    last = max(t.as_of for t in trajectories if t.as_of is not None)
+    guid_of = {a.id: a.guid for a in articles_between(session, None, last + timedelta(days=30))}
+    question_ids = {t.question_id for t in trajectories}
+    external = {q.id: q.external_id for q in list_questions(session, ids=sorted(question_ids))}
+    evidence: dict[str, set[str]] = {}
+    for article in world.articles_published_by(last):
+        if article.kind is ArticleKind.EVIDENCE and article.question_id is not None:
+            evidence.setdefault(article.question_id, set()).add(article.guid)
+    counts: dict[int, list[int]] = {}
+    for t in trajectories:
+        if t.as_of is None:
+            continue
+        row = counts.setdefault(round_of(t.as_of), [0, 0, 0])
+        row[0] += 1
+        row[1] += any(turn.tool_name == ActionKind.SEARCH for turn in t.turns)
+        seen = {guid_of.get(i) for i in seen_article_ids(t)}
+        row[2] += bool(seen & evidence.get(external.get(t.question_id, ""), set()))
+    return [LiveResearch(r, *c) for r, c in sorted(counts.items())]

@@ -95,6 +95,7 @@ from flows.demo.research_panel import (
     ResearchRound,
     build_research_panel,
     demonstration_research,
+    live_research,
 )
 from flows.demo.rounds import (
     ROUND_PROCESSES,
@@ -334,7 +335,9 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     research = None
     if config.research:
         header = research_header(config)
-        research = research_summary(research_rounds, demonstration_research(demonstrations))
+        with session_scope(engine) as session:
+            live = live_research(session, learner.id or 0, world, round_of)
+        research = research_summary(research_rounds, demonstration_research(demonstrations), live)
         extra_markdown, sections["research"] = research_report(research, out_dir)
     lineage = lineage_rows(version_lineage(ctx, LEARNER), metrics)
     lineage_markdown, sections["lineage"] = lineage_report(lineage, config.validation_fraction)

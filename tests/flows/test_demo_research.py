@@ -171,6 +171,9 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
     rows = metrics["research"]["rounds"]
     assert [r["round"] for r in rows] == list(range(config.rounds))
     assert {"search_rate", "evidence_rate", "gap_closed", "informed_brier"} <= set(rows[0])
+    for m in research.rounds:  # the round's own daily-cycle rollouts, read back from the store
+        assert m.live_rollouts == config.questions_per_day * config.samples
+        assert 0.0 <= m.live_evidence_rate <= m.live_search_rate <= 1.0
     assert metrics["lineage"][0]["version"] == 0
     assert [row.version for row in result.lineage][:2] == [0, 1]
     report = (result.out_dir / "report.md").read_text()
