@@ -64,6 +64,7 @@ from futureworld.agent.parsing import (
 )
 from futureworld.agent.prompts import BELIEF_PREFIX, observation_frame
 from futureworld.agent.tools import Corpus
+from futureworld.answers import ANSWER_FORMATS
 from futureworld.domain import (
     GenerationSettings,
     ParseStatus,
@@ -426,7 +427,8 @@ class RolloutEngine:
         if rollout.stop is not None:
             return []
         follow_ups = []
-        if self._settings.elicit_beliefs and group.job.question.kind is QuestionKind.BINARY:
+        elicits = ANSWER_FORMATS[group.job.question.kind].belief_prefix is not None
+        if self._settings.elicit_beliefs and elicits:  # binary's format alone elicits beliefs
             follow_ups.append(self._belief_request(group, rollout))
         rollout.turn_no += 1
         follow_ups.append(self._turn_request(group, rollout))
