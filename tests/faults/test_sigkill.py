@@ -30,6 +30,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, func, select
 
 from flows.stages.training import STEP_FLUSH_EVERY
@@ -142,6 +143,7 @@ class _Stage:
         self.kills.append(kill)
 
 
+@pytest.mark.timeout(2400)  # about 30 stage processes, each loading torch: minutes on 2 cores
 def test_sigkill_mid_work_of_predict_backfill_and_train(
     engine, db_url: str, tmp_path: Path
 ) -> None:
