@@ -18,6 +18,7 @@ from futureworld.evaluation import ForecastRecord
 from futureworld.horizons import HORIZON_BUCKETS, horizon_bucket
 from futureworld.sources.forecastbench import MARKET_SOURCES
 from storage.engine import session_scope
+from storage.repositories.questions import UnknownRound
 from storage.tables import AgentRow, QuestionRow, RolloutRow
 
 RAW = Path(__file__).resolve().parents[2].parent / "shared" / "forecastbench-eval" / "raw"
@@ -238,11 +239,13 @@ def test_every_command_with_round_sees_only_that_round(
         ).all()
     assert len(ids) == n_second and all(i.startswith(f"{SECOND}/") for i in ids)
 
-    # the evaluate flow takes the same round
-    from flows.orchestration.pipeline import evaluate_flow
+    # the evaluate and backtest flows take the same round
+    from flows.orchestration.pipeline import backtest_flow, evaluate_flow
 
     monkeypatch.setenv("FW_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("FW_DB_URL", db_url)
     rows = evaluate_flow(round=SECOND)
     flow_overall = {r["agent"]: r for r in rows if r["source"] is None and r["agent"] == "crowd"}
     assert flow_overall["crowd"]["n"] == n_second_resolved
+    with pytest.raises(UnknownRound, match=f"round {UNKNOWN}: no question of it is stored"):
+        backtest_flow(agent="uniform", start=FIRST, end=FIRST, train_every=0, round=UNKNOWN)
