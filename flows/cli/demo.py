@@ -1,10 +1,10 @@
-"""`futureworld demo`: the whole loop on the simulated world (flows.demo), with a progress bar
-on a terminal, one plain line per step otherwise (a log, CI), and the per-round table."""
+"""`futureworld demo`: the whole loop on the simulated world (flows.demo), with its progress
+(flows.cli.progress: a bar with an ETA on a terminal; otherwise a line per step and a heartbeat
+at least every 30 s) and the per-round table."""
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from flows.cli.common import console
+from flows.cli.progress import progress_report
 
 
 def demo_command(
@@ -69,8 +70,6 @@ def demo_command(
     ] = None,
 ) -> None:
     """The whole delayed-reward loop on the simulated world, offline: it learns in minutes."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     # The progress bar tells the story; per-task flow logs stay in the Prefect UI/database.
     # Offline by design: Prefect's usage telemetry would only fail to connect.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -104,27 +103,14 @@ def demo_command(
         raise typer.BadParameter(str(error), param_hint="--set") from None
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--kinds") from None
-    if console.is_terminal:
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
-            task = progress.add_task("demo", total=rounds + 3)
+    # done/total, percentage and ETA in a terminal; in a log a line per step and a heartbeat
+    # at least every 30 s, the warm start's long silence included (flows.cli.progress)
+    with progress_report(console, "demo", rounds + 3) as progress:
 
-            def on_progress(step: str, done: int, total: int) -> None:
-                progress.update(task, description=step, completed=done, total=total)
+        def on_progress(step: str, done: int, total: int) -> None:
+            progress.update(description=step, completed=done, total=total)
 
-            result = run_demo(config, on_progress)
-    else:
-        started = time.perf_counter()
-
-        def on_line(step: str, done: int, total: int) -> None:
-            elapsed = time.perf_counter() - started
-            console.print(f"[{elapsed:7.1f}s {done}/{total}] {step}", soft_wrap=True, markup=False)
-
-        result = run_demo(config, on_line)
+        result = run_demo(config, on_progress)
     table = Table(
         "round",
         "version",
