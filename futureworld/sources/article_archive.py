@@ -19,9 +19,6 @@ Decisions:
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
@@ -33,6 +30,7 @@ from futureworld.domain import Article, require_utc
 from futureworld.sources.base import ARTICLE_TEXT_FIELDS, fields_with_nul
 from futureworld.sources.publication_dates import implausible_date_reason
 from futureworld.sources.rss import canonical_link, is_web_link
+from futureworld.sources.tabular import Row, csv_rows, jsonl_rows
 
 DEFAULT_FEED = "archive"
 """The feed of an archive row without a source."""
@@ -135,37 +133,10 @@ def _row_article(row: dict[str, Any], imported_at: datetime) -> Article:
     )
 
 
-def _jsonl_rows(text: str) -> list[tuple[int, dict[str, Any] | str]]:
-    """(line number, object) per non-blank line, or (line number, why it is not one)."""
-    rows: list[tuple[int, dict[str, Any] | str]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as error:
-            rows.append((number, f"not JSON ({error.msg} at column {error.colno})"))
-            continue
-        rows.append((number, value if isinstance(value, dict) else "not a JSON object"))
-    return rows
-
-
-def _csv_rows(text: str, name: str) -> list[tuple[int, dict[str, Any] | str]]:
-    """(line number where the record starts, row) per CSV record after the header."""
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = [h.strip() for h in reader.fieldnames or ()]
-    missing = [f for f in REQUIRED_FIELDS if f not in header]
+def _csv_rows(text: str, name: str) -> list[Row]:
+    rows, missing = csv_rows(text, REQUIRED_FIELDS)
     if missing:
         raise ArchiveFormatError(f"{name}: the CSV header lacks {', '.join(missing)}")
-    reader.fieldnames = header
-    rows: list[tuple[int, dict[str, Any] | str]] = []
-    start = reader.line_num + 1
-    for record in reader:
-        if None in record:
-            rows.append((start, "more fields than the header"))
-        elif any(v is not None and v.strip() for v in record.values()):
-            rows.append((start, record))
-        start = reader.line_num + 1
     return rows
 
 
@@ -177,7 +148,7 @@ def parse_article_archive(
     imported_at = require_utc(imported_at, "imported_at")
     archive_format = archive_format or detect_format(name, text)
     jsonl = archive_format is ArchiveFormat.JSONL
-    rows = _jsonl_rows(text) if jsonl else _csv_rows(text, name)
+    rows = jsonl_rows(text) if jsonl else _csv_rows(text, name)
     articles: list[Article] = []
     errors: list[str] = []
     counts: Counter[str] = Counter()

@@ -29,8 +29,6 @@ Decisions:
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import re
@@ -47,6 +45,7 @@ from futureworld.sources.forecastbench import (
     question_source,
     round_external_id,
 )
+from futureworld.sources.tabular import Row, csv_rows, jsonl_rows
 
 ROW_FIELDS = ("source", "question_id", "probability", "forecast_at")
 """The fields of a CSV or JSONL row, all required."""
@@ -205,35 +204,10 @@ def _plain_row(line: int, row: Mapping[str, Any], *, from_text: bool) -> Forecas
     )
 
 
-def _jsonl_rows(text: str) -> list[tuple[int, dict[str, Any] | str]]:
-    rows: list[tuple[int, dict[str, Any] | str]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as error:
-            rows.append((number, f"not JSON ({error.msg} at column {error.colno})"))
-            continue
-        rows.append((number, value if isinstance(value, dict) else "not a JSON object"))
-    return rows
-
-
-def _csv_rows(text: str, name: str) -> list[tuple[int, dict[str, Any] | str]]:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = [h.strip() for h in reader.fieldnames or ()]
-    missing = [f for f in ROW_FIELDS if f not in header]
+def _csv_rows(text: str, name: str) -> list[Row]:
+    rows, missing = csv_rows(text, ROW_FIELDS)
     if missing:
         raise ForecastFileError(f"{name}: the CSV header lacks {', '.join(missing)}")
-    reader.fieldnames = header
-    rows: list[tuple[int, dict[str, Any] | str]] = []
-    start = reader.line_num + 1
-    for record in reader:
-        if None in record:
-            rows.append((start, "more fields than the header"))
-        elif any(v is not None and v.strip() for v in record.values()):
-            rows.append((start, record))
-        start = reader.line_num + 1
     return rows
 
 
@@ -241,7 +215,7 @@ def _plain_file(text: str, name: str, file_format: ForecastFormat) -> ForecastFi
     jsonl = file_format is ForecastFormat.JSONL
     rows: list[ForecastRow] = []
     errors: list[RowError] = []
-    for line, raw in _jsonl_rows(text) if jsonl else _csv_rows(text, name):
+    for line, raw in jsonl_rows(text) if jsonl else _csv_rows(text, name):
         try:
             if isinstance(raw, str):
                 raise _Bad(raw)
