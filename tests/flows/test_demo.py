@@ -1,9 +1,15 @@
-"""The default demo end to end (`make demo`'s settings, seed 0): the tiny model is
-warm-started, the daily cycle runs through the Prefect flows against the world served on
-loopback, rewards arrive with delay, updates train on stale rollouts, each round's panel is
+"""The demo end to end (`make demo`'s settings, seed 0, without the promotion gate): the tiny
+model is warm-started, the daily cycle runs through the Prefect flows against the world served
+on loopback, rewards arrive with delay, updates train on stale rollouts, each round's panel is
 scored in the worker process beside the next cycle, the report folder holds the per-round
 metrics and plots, and the policy learns: Brier and ECE on the held-out panel drop beyond
-their paired bootstrap intervals. This is the claim the README reports for seed 0.
+their paired bootstrap intervals (docs/results.md).
+
+The gate is off here (validation_fraction 0) because this is the claim about the update
+itself: every group trains and every version serves. `make demo` runs with the gate on, and on
+seed 0 it then improves ECE beyond its interval but not Brier (docs/results.md, "The promotion
+gate on seeds 0 and 2"); the gate's own behaviour is tested in tests/flows/test_promotion.py
+and, on a small research demo, in tests/flows/test_demo_research.py.
 
 Calibration is learned from outcomes, and outcomes are noisy, so a run much smaller than this
 has too little to learn from to show it. On 2 idle CPU cores it takes about five and a half
@@ -19,8 +25,8 @@ from flows.demo.config import DemoConfig
 from flows.demo.run import run_demo
 
 
-def test_the_default_demo_runs_the_whole_loop_and_learns(prefect_harness, tmp_path) -> None:
-    config = DemoConfig(out_dir=tmp_path / "demo")
+def test_the_demo_runs_the_whole_loop_and_learns(prefect_harness, tmp_path) -> None:
+    config = DemoConfig(out_dir=tmp_path / "demo", validation_fraction=0.0)
     rounds = config.rounds
     steps: list[str] = []
     before = os.environ.get("FW_DB_URL")
