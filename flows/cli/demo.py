@@ -13,6 +13,7 @@ from rich.table import Table
 
 from flows.cli.common import console
 from flows.cli.progress import progress_report
+from flows.tracking import ReportTo
 
 
 def demo_command(
@@ -56,6 +57,14 @@ def demo_command(
             "no gate.",
         ),
     ] = 0.1,
+    report_to: Annotated[
+        ReportTo | None,
+        typer.Option(
+            "--report-to",
+            help="Experiment tracker for every update and each round's panel scores (default "
+            "FW_REPORT_TO, else none).",
+        ),
+    ] = None,
     kl_coef: Annotated[
         float,
         typer.Option(min=0.0, help="k3 KL penalty of every update to the warm start; 0 = off."),
@@ -96,6 +105,7 @@ def demo_command(
             research=research,
             research_panel_questions=research_panel,
             validation_fraction=validation_fraction,
+            report_to=report_to,
             rl_kl_coef=kl_coef,
             train_set=tuple(set_ or ()),
         )

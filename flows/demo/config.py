@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flows.stages.train_options import TrainOptions, config_with_overrides
+from flows.tracking import ReportTo
 from futureworld.domain import GenerationSettings, QuestionKind
 from futureworld.rewards import RewardFn
 from futureworld.rl.config import DEFAULT_ESTIMATOR, Estimator, TrainConfig
@@ -125,6 +126,9 @@ class DemoConfig:
     """Share of the live questions the promotion gate holds out of every update and judges
     each candidate version on (FW_VALIDATION_FRACTION of the flows; 0 turns the gate off).
     The gate's validation set is the live world's questions; the panel is another matter."""
+    report_to: ReportTo | None = None
+    """Experiment tracker for every update's steps and summary and each round's panel scores
+    (tensorboard, mlflow, wandb, none; flows.tracking); None: FW_REPORT_TO, else none."""
     train_set: tuple[str, ...] = ()
     """Training settings of every RL update as `name=value` (any TrainConfig field, as
     `futureworld train --set`), applied over the demo's own (`update`)."""

@@ -107,6 +107,7 @@ from flows.demo.rounds import (
 )
 from flows.settings import Settings
 from flows.stages.promotion import version_lineage
+from flows.tracking import Tracker, log_version_scores, open_tracker
 from futureworld.domain import Agent, BackendKind, QuestionKind
 from futureworld.torch_threads import torch_thread_count
 from storage.engine import session_scope
@@ -216,6 +217,8 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         extra_texts=texts,
     )
     settings = Settings(data_dir=state, db_url=f"sqlite:///{state / 'futureworld.db'}")
+    if config.report_to is not None:
+        settings = settings.model_copy(update={"report_to": config.report_to})
     engine = open_engine(settings)
     ctx = build_context(settings, engine, as_of=clock.now())
     with session_scope(engine) as session:
@@ -272,7 +275,11 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     kind_scores: dict[QuestionKind, list[KindPanelScore]] = {k: [] for k in kind_panels}
     round_log = RoundLog(out_dir / "demo.log")
 
+    tracker = open_tracker(settings, LEARNER, "demo-panel", _tracked_config(config))
+
     def record(scores: RoundScores | ResearchRound) -> None:
+        panel = scores.score if isinstance(scores, ResearchRound) else scores[0]
+        log_version_scores(tracker, panel.round, panel_scores(panel), prefix="demo")
         if isinstance(scores, ResearchRound):
             panels.append(scores.score)
             research_rounds.append(scores)
@@ -284,6 +291,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         round_log.write(scores[0], list(scores[1].values()))
 
     with (
+        _finished(tracker),
         serve_world(world, clock) as server,
         _flow_environment(settings, server, validation_fraction=config.validation_fraction),
         panel_scorer() as scorer,
@@ -365,6 +373,38 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     )
 
 
+def panel_scores(score: PanelScore) -> dict[str, float]:
+    """A round's panel figures for the tracker (under demo/, x-axis the round)."""
+    from futureworld.scoring import brier, expected_calibration_error
+
+    scores = {"panel/parse_rate": score.parse_rate, "panel/policy_version": score.policy_version}
+    if score.p_yes:  # a round may parse nothing
+        scores["panel/brier"] = brier(score.p_yes, score.y)
+        scores["panel/ece"] = expected_calibration_error(score.p_yes, score.y)
+    return scores
+
+
+def _tracked_config(config: DemoConfig) -> dict[str, Any]:
+    return {
+        "seed": config.seed,
+        "rounds": config.rounds,
+        "research": config.research,
+        "validation_fraction": config.validation_fraction,
+        "train": config.update.config.to_json(),
+    }
+
+
+@contextmanager
+def _finished(tracker: Tracker) -> Iterator[None]:
+    """The demo's tracker run, finished when the rounds end (marked failed on an error)."""
+    try:
+        yield
+    except BaseException:
+        tracker.finish(failed=True)
+        raise
+    tracker.finish()
+
+
 @contextmanager
 def _flow_environment(
     settings: Settings, server: Any, *, validation_fraction: float
@@ -378,6 +418,8 @@ def _flow_environment(
         "FW_DB_URL": settings.database_url,
         "FW_MANIFOLD_BASE_URL": server.manifold_base_url,
         "FW_HTTP_RATE_PER_S": "0",  # the world is on loopback: no politeness delay
+        "FW_REPORT_TO": str(settings.report_to),  # every update logs to the demo's tracker
+        "FW_TRACKING_DIR": str(settings.tracking_root),
     }
     if settings.torch_threads is not None:
         values["FW_TORCH_THREADS"] = str(settings.torch_threads)

@@ -26,6 +26,7 @@ from flows.demo.researcher import (
     world_corpus,
 )
 from flows.demo.run import run_demo
+from flows.tracking import ReportTo
 from futureworld.agent.loop import run_tool
 from futureworld.agent.parsing import ActionKind, parse_action
 from futureworld.agent.prompts import encode_prompt, observation_frame
@@ -153,6 +154,7 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
         samples=4,
         research_panel_questions=60,
         sft_days=2,
+        report_to=ReportTo.TENSORBOARD,
     )
     result = run_demo(config)
     research = result.research
@@ -180,3 +182,21 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
     assert "## Research" in report and "## Versions and the promotion gate" in report
     for name in ("research_by_round.png", "research_brier_by_round.png"):
         assert (result.out_dir / name).stat().st_size > 0
+
+    # --report-to tensorboard: every update's steps, and every round's panel scores
+    runs = result.out_dir / "state" / "tracking" / "tensorboard" / "forecaster"
+    events = {d.name: _events(d) for d in runs.iterdir()}
+    panel = events.pop("demo-panel")
+    assert [e.step for e in panel.Scalars("demo/panel/brier")] == list(range(config.rounds))
+    assert any(n.startswith("v1-") for n in events), sorted(events)  # the warm start's
+    for name, run in events.items():  # and each RL update's, as the flows ran them
+        steps = run.Scalars("train/loss")
+        assert steps and run.Scalars("update/rollouts"), name
+
+
+def _events(run_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    events = event_accumulator.EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return events
