@@ -17,6 +17,12 @@ FW_SERVE_RESTART_COMMAND) is refused before it trains (`serving.check_servable`)
 Which weights an update starts from, which AdamW state it continues and which reference its
 KL penalty uses are decided in `flows.stages.lineage`.
 
+The promotion gate (flows.stages.promotion) is part of every update: replay leaves out the
+validation slice (FW_VALIDATION_FRACTION), the new version is registered a candidate and judged
+against its parent before the update returns, and the next update starts from the served
+version. Every entrance that trains (the CLI, the flows, the backtest, the demo) goes through
+here, so none can skip it; FW_VALIDATION_FRACTION=0 turns it off everywhere.
+
 Question kinds: an update trains on the stored reward `reward_fn`, which scores one kind
 (brier and log_score binary, rlcr choice, crps numeric). `kind_rewards` adds rewards of other
 kinds, so a mixed-kind agent trains each question on its own kind's reward in one update: the
