@@ -92,12 +92,11 @@ def predict_command(
             def on_group(n: int) -> None:
                 nonlocal rollouts
                 rollouts += n
-                progress.update(advance=1)
                 elapsed = time.perf_counter() - progress.started
-                done = progress.completed
                 progress.update(
-                    note=f"{rollouts} rollouts · {done / elapsed:.1f} q/s, "
-                    f"{rollouts / elapsed:.1f} r/s"
+                    advance=1,
+                    note=f"{rollouts} rollouts · {(progress.completed + 1) / elapsed:.1f} q/s, "
+                    f"{rollouts / elapsed:.1f} r/s",
                 )
 
             report = predict(

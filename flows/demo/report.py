@@ -290,6 +290,15 @@ def write_report(
     return report
 
 
+def panel_brier_ece(score: PanelScore) -> tuple[float, float]:
+    """A round's panel Brier and ECE over its parsed forecasts; NaN when none parsed."""
+    from futureworld.scoring import brier, expected_calibration_error
+
+    if not score.p_yes:
+        return float("nan"), float("nan")
+    return brier(score.p_yes, score.y), expected_calibration_error(score.p_yes, score.y)
+
+
 class RoundLog:
     """One line per round, appended and flushed as the round ends."""
 
@@ -305,11 +314,7 @@ class RoundLog:
         *,
         research: ResearchRound | None = None,
     ) -> None:
-        from futureworld.scoring import brier, expected_calibration_error
-
-        parsed = bool(score.p_yes)  # a round may parse nothing: its scores are NaN
-        panel_brier = brier(score.p_yes, score.y) if parsed else float("nan")
-        panel_ece = expected_calibration_error(score.p_yes, score.y) if parsed else float("nan")
+        panel_brier, panel_ece = panel_brier_ece(score)
         line = (
             f"{time.perf_counter() - self._started:8.1f}s  round {score.round:>3}  "
             f"version {score.policy_version:>3}  panel Brier {panel_brier:.4f}  "

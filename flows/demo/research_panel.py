@@ -26,6 +26,7 @@ from futureworld.agent.parsing import ActionKind
 from futureworld.agent.tools import InMemoryCorpus
 from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajectory
 from futureworld.policy.base import PolicyBackend
+from futureworld.scoring import brier
 from futureworld.world import World, WorldConfig
 from futureworld.world.model import ArticleKind
 from storage.repositories.articles import articles_between
@@ -217,9 +218,7 @@ def score_research_panel(
         question=tuple(index),
         unparsed=unparsed,
     )
-    uninformed = (
-        sum((q - o) ** 2 for q, o in zip(prior, y, strict=True)) / len(y) if y else float("nan")
-    )
+    uninformed = brier(prior, y) if y else float("nan")
     return ResearchRound(
         score=score,
         rollouts=rollouts,

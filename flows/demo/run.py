@@ -85,6 +85,7 @@ from flows.demo.report import (
     learning_claim,
     lineage_report,
     lineage_rows,
+    panel_brier_ece,
     research_header,
     research_report,
     research_summary,
@@ -375,12 +376,9 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
 
 def panel_scores(score: PanelScore) -> dict[str, float]:
     """A round's panel figures for the tracker (under demo/, x-axis the round)."""
-    from futureworld.scoring import brier, expected_calibration_error
-
     scores = {"panel/parse_rate": score.parse_rate, "panel/policy_version": score.policy_version}
     if score.p_yes:  # a round may parse nothing
-        scores["panel/brier"] = brier(score.p_yes, score.y)
-        scores["panel/ece"] = expected_calibration_error(score.p_yes, score.y)
+        scores["panel/brier"], scores["panel/ece"] = panel_brier_ece(score)
     return scores
 
 

@@ -172,16 +172,20 @@ def gate_candidates(
 ) -> list[GateReport]:
     """Gate every candidate version of the agent, oldest first (an update registers one; a
     crash between registering and gating leaves one for the next run)."""
-    agent = ctx.agent(agent_name)
-    if not agent.backend.generates:
+    if not ctx.agent(agent_name).backend.generates:
         return []
+    return [gate_version(ctx, agent_name, v, options) for v in candidate_versions(ctx, agent_name)]
+
+
+def candidate_versions(ctx: PipelineContext, agent_name: str) -> list[int]:
+    """The agent's versions still waiting for the gate, oldest first."""
+    agent = ctx.agent(agent_name)
     with session_scope(ctx.engine) as session:
-        pending = [
+        return [
             v.version
             for v in list_policy_versions(session, agent.id)
             if v.status is VersionStatus.CANDIDATE
         ]
-    return [gate_version(ctx, agent_name, version, options) for version in pending]
 
 
 def promote_version(

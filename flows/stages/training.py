@@ -50,7 +50,13 @@ from flows.stages.lineage import (
     reference_version,
     registered_version,
 )
-from flows.stages.promotion import GateError, GateReport, gate_version, validation_question_ids
+from flows.stages.promotion import (
+    GateError,
+    GateReport,
+    candidate_versions,
+    gate_version,
+    validation_question_ids,
+)
 from flows.stages.provisional import with_provisional_groups
 from flows.stages.serving import check_servable
 from flows.stages.train_options import TrainOptions
@@ -77,7 +83,7 @@ from futureworld.rl.config import Estimator, TrainConfig
 from futureworld.torch_threads import set_torch_threads
 from futureworld.validation import GateOptions
 from storage.engine import run_transaction, session_scope
-from storage.repositories.agents import list_policy_versions, register_policy_version
+from storage.repositories.agents import register_policy_version
 from storage.repositories.training import (
     agent_train_steps,
     finish_training_run,
@@ -437,15 +443,8 @@ def gate_scores(report: GateReport) -> dict[str, float]:
 def _gate_left_candidates(ctx: PipelineContext, agent_name: str, gate: GateOptions) -> None:
     """Judge the candidates an earlier run registered and did not gate (it crashed or the gate
     could not judge), so the update starts from the version that should serve."""
-    agent = ctx.agent(agent_name)
-    with session_scope(ctx.engine) as session:
-        pending = [
-            v.version
-            for v in list_policy_versions(session, agent.id)
-            if v.status is VersionStatus.CANDIDATE
-        ]
-    for version in pending:
-        _gate(ctx, agent.name, version, gate)
+    for version in candidate_versions(ctx, agent_name):
+        _gate(ctx, agent_name, version, gate)
 
 
 def _merged_replay_batch(batches: Sequence[ReplayBatch], max_groups: int | None) -> ReplayBatch:
