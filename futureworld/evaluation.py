@@ -1,4 +1,4 @@
-"""Evaluation: score groups of resolved binary forecasts, tabulate them, and plot them.
+"""Evaluation: score groups of resolved binary forecasts and tabulate them.
 
 The unit is the question: an agent's forecast of a question is the mean of its G rollouts'
 probabilities, an unparsed rollout counting as IMPUTED_P (ForecastBench imputes 0.5 for a
@@ -9,22 +9,21 @@ sample (`sample_brier`: per-rollout scoring, reported apart).
 
 Owns per-group metric rows (Brier, log score, accuracy, ECE, skill vs crowd and base rate,
 the imputed share and eligibility, bootstrap CI), the grouping every kind's table shares, the
-markdown score table, reliability diagrams and per-round line plots. Binary-only apart from the
-grouping and the line plots: choice and numeric forecasts are scored in evaluation_kinds.py,
-ForecastBench's leaderboard scores (difficulty-adjusted Brier, Brier Index) in leaderboard.py.
-The formulas live in `futureworld.scoring`; loading forecasts is the caller's job.
+markdown score table, and the groups and series the plots draw (plots.py draws them).
+Binary-only apart from the grouping and the per-round series: choice and numeric forecasts
+are scored in evaluation_kinds.py, ForecastBench's leaderboard scores (difficulty-adjusted
+Brier, Brier Index) in leaderboard.py. The formulas live in `futureworld.scoring`; loading
+forecasts is the caller's job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from futureworld import scoring
 from futureworld.imputation import (
@@ -314,16 +313,6 @@ def metric_by_round(
     return {label: sorted(points) for label, points in series.items()}
 
 
-def _agg_figure(figsize: tuple[float, float]) -> Any:
-    """A Figure on the Agg canvas: no pyplot global state, safe in worker threads and headless."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize)
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def reliability_groups(
     records: Iterable[ForecastRecord],
 ) -> dict[str, tuple[list[float], list[float]]]:
@@ -334,65 +323,3 @@ def reliability_groups(
         p.append(record.p_yes)
         y.append(record.y)
     return groups
-
-
-def plot_reliability(
-    groups: Mapping[str, tuple[ArrayLike, ArrayLike]],
-    path: str | Path,
-    *,
-    bins: int = 10,
-    title: str = "Reliability",
-) -> Path:
-    """Write a reliability diagram PNG: observed YES frequency against mean forecast per bin,
-    one line per group (labelled with its ECE), the diagonal, and a forecast histogram."""
-    fig = _agg_figure(figsize=(6, 7))
-    ax, hist = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    out = Path(path)
-    ax.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="perfect")
-    for label, (p, y) in groups.items():
-        rel = scoring.reliability_bins(p, y, bins)
-        ece = scoring.expected_calibration_error(p, y, bins)
-        filled = rel.counts > 0
-        ax.plot(
-            rel.mean_predicted[filled],
-            rel.observed_frequency[filled],
-            marker="o",
-            label=f"{label} (ECE {ece:.3f}, n={int(rel.counts.sum())})",
-        )
-        hist.hist(np.asarray(p, dtype=np.float64), bins=rel.edges, alpha=0.5, label=label)
-    ax.set(xlim=(0, 1), ylim=(0, 1), ylabel="observed YES frequency", title=title)
-    ax.legend(loc="upper left", fontsize="small")
-    hist.set(xlabel="forecast P(yes)", ylabel="forecasts")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png", dpi=100)
-    return out
-
-
-def plot_metric_by_round(
-    series: Mapping[str, Sequence[tuple[float, float]]],
-    path: str | Path,
-    *,
-    metric: str,
-    title: str | None = None,
-    xlabel: str = "round",
-) -> Path:
-    """Write a PNG line plot of a metric per round, one line per label.
-
-    series: {label: [(round, value), …]} (see `metric_by_round`); also fits training curves
-    ({"loss": [(step, loss), …]}).
-    """
-    fig = _agg_figure(figsize=(7, 4))
-    ax = fig.subplots()
-    out = Path(path)
-    for label, points in series.items():
-        ordered = sorted(points)
-        ax.plot([x for x, _ in ordered], [v for _, v in ordered], marker="o", label=label)
-    ax.set(xlabel=xlabel, ylabel=metric, title=title or f"{metric} by {xlabel}")
-    ax.grid(alpha=0.3)
-    if series:
-        ax.legend(fontsize="small")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png", dpi=100)
-    return out

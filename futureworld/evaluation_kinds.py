@@ -1,5 +1,5 @@
 """Evaluation of choice and numeric forecasts: records, per-group score rows, markdown
-tables and the PIT histogram plot.
+tables and the PIT histogram's groups (plots.py draws them).
 
 Owns how a resolved choice or numeric answer becomes a record and which metrics a row holds.
 Choice rows: multiclass Brier (with a bootstrap interval), log score, top-label accuracy and
@@ -12,18 +12,16 @@ skill vs the crowd's quantiles where the source gave them. Grouping is evaluatio
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from futureworld import scoring, scoring_choice, scoring_numeric
 from futureworld.domain import QUANTILE_LEVELS, Question, QuestionKind
-from futureworld.evaluation import _agg_figure, group_records, score_cell
+from futureworld.evaluation import group_records, score_cell
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -359,42 +357,3 @@ def pit_groups(
         label: scoring_numeric.pit_histogram(q, QUANTILE_LEVELS, y)
         for label, (q, y) in grouped.items()
     }
-
-
-def plot_pit_histogram(
-    groups: Mapping[str, scoring_numeric.PitHistogram],
-    path: str | Path,
-    *,
-    title: str = "PIT histogram (numeric questions)",
-) -> Path:
-    """Write a PNG of each group's PIT density per bin between quantile levels (bars side by
-    side, each labelled with its 90% coverage), with the calibrated density 1 as a line."""
-    fig = _agg_figure(figsize=(7, 4))
-    ax = fig.subplots()
-    out = Path(path)
-    width = 1.0 / (len(groups) + 1)
-    for g, (label, pit) in enumerate(groups.items()):
-        positions = np.arange(pit.counts.size) + g * width
-        inside = pit.counts[1:-1].sum() / pit.counts.sum()
-        ax.bar(
-            positions,
-            pit.density,
-            width=width,
-            label=f"{label} (n={int(pit.counts.sum())}, in 90%: {inside:.2f})",
-        )
-    edges = (
-        next(iter(groups.values())).edges
-        if groups
-        else np.concatenate([[0.0], QUANTILE_LEVELS, [1.0]])
-    )
-    names = [f"{lo:.0%}–{hi:.0%}" for lo, hi in itertools.pairwise(edges)]
-    ax.set_xticks(np.arange(len(names)) + width * (len(groups) - 1) / 2, names)
-    ax.axhline(1.0, linestyle="--", color="grey", linewidth=1, label="calibrated")
-    ax.set(
-        xlabel="PIT bin (between quantile levels)", ylabel="density (share / width)", title=title
-    )
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png", dpi=100)
-    return out

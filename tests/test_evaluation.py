@@ -14,12 +14,11 @@ from futureworld.evaluation import (
     ForecastRecord,
     ScoreRow,
     metric_by_round,
-    plot_metric_by_round,
-    plot_reliability,
     question_forecast,
     score_forecasts,
     score_table_markdown,
 )
+from futureworld.plots import plot_metric_by_round, plot_reliability
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

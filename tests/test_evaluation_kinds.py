@@ -17,10 +17,10 @@ from futureworld.evaluation_kinds import (
     kind_table_markdown,
     numeric_record,
     pit_groups,
-    plot_pit_histogram,
     score_choice_forecasts,
     score_numeric_forecasts,
 )
+from futureworld.plots import plot_pit_histogram
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -270,13 +270,13 @@ def evaluate_command(
     that ForecastBench round's questions."""
     from flows.stages.evaluating import baseline_agents, evaluate
     from futureworld.evaluation import (
-        plot_reliability,
         reliability_groups,
         score_cell,
     )
-    from futureworld.evaluation_kinds import pit_groups, plot_pit_histogram
+    from futureworld.evaluation_kinds import pit_groups
     from futureworld.horizons import score_by_horizon
     from futureworld.leaderboard import leaderboard_rows_text
+    from futureworld.plots import plot_pit_histogram, plot_reliability
     from storage.repositories.questions import UnknownRound
 
     writable_file(json_path, "--json")

@@ -38,7 +38,7 @@ from futureworld.domain import (
     QuestionKind,
     Trajectory,
 )
-from futureworld.evaluation import plot_metric_by_round
+from futureworld.plots import plot_metric_by_round
 from futureworld.policy.base import PolicyBackend
 from futureworld.scoring import PairedDifference, expected_calibration_error
 from futureworld.sources.manifold import market_to_question

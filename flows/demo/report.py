@@ -30,7 +30,7 @@ from flows.demo.panel import PanelScore
 from flows.demo.research_panel import LiveResearch, ResearchRound
 from flows.stages.evaluating import forecast_records
 from futureworld.domain import PolicyVersion, QuestionKind
-from futureworld.evaluation import plot_metric_by_round, plot_reliability
+from futureworld.plots import plot_metric_by_round, plot_reliability
 from futureworld.scoring import (
     PairedDifference,
     accuracy,

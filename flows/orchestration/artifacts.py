@@ -18,10 +18,10 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from futureworld.evaluation import (
     ForecastRecord,
     ScoreRow,
-    plot_reliability,
     reliability_groups,
     score_table_markdown,
 )
+from futureworld.plots import plot_reliability
 
 SCORES_KEY = "evaluate-scores"
 SCORE_TABLE_KEY = "evaluate-score-table"

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from futureworld.evaluation import plot_metric_by_round
+from futureworld.plots import plot_metric_by_round
 
 if TYPE_CHECKING:
     from flows.stages.backtesting import BacktestOptions, BacktestRound, Coverage
