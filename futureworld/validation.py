@@ -15,6 +15,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from futureworld.evaluation import question_forecast
 from futureworld.scoring import brier, paired_bootstrap_difference
 
@@ -60,7 +62,9 @@ class GateOptions:
     max_questions: int | None = 200
     """Score at most this many validation questions: the most recently resolved."""
     max_parse_drop: float = 0.05
-    """Reject when the candidate's parse rate is below its parent's by more than this."""
+    """Reject when the candidate's parse rate is below its parent's by more than this with
+    confidence `level`: the lower end of the interval of the drop (`parse_drop_interval`) is
+    above it, so one unparsed answer on a small validation set is not a verdict."""
     extreme_margin: float = 0.02
     """A parsed answer within this of 0 or 1 counts as extreme."""
     max_extreme_share: float = 0.5
@@ -125,6 +129,10 @@ class GateVerdict:
     """Brier(candidate) − Brier(parent) on the same questions."""
     brier_ci: tuple[float, float] | None
     """Its paired bootstrap interval; None when too few questions for the Brier rule."""
+    parse_drop: float
+    """parse_rate(parent) − parse_rate(candidate) on the same questions."""
+    parse_drop_ci: tuple[float, float]
+    """Its two-level paired bootstrap interval (`parse_drop_interval`)."""
 
 
 def forecast_health(
@@ -149,6 +157,61 @@ def forecast_health(
     )
 
 
+def parse_drop_interval(
+    candidate: Samples,
+    parent: Samples,
+    question_ids: Sequence[int],
+    *,
+    n_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The `level` percentile interval of parse_rate(parent) − parse_rate(candidate), a rate
+    being parsed rollouts / rollouts over the questions, by a two-level paired bootstrap.
+
+    Each resample draws the questions with replacement, the same draw for both sides (paired:
+    a question hard to answer in the format is hard for both), then redraws each drawn
+    question's rollouts with replacement on each side; a question with m rollouts of which k
+    parsed then contributes Binomial(m, k/m) parsed ones. The questions are the independent
+    units (a question's rollouts share its prompt and, in the gate, its seeds), so they are
+    resampled as in the Brier rule; the second level adds the noise of the few rollouts a
+    question has, which resampling questions alone does not see (one question whose 4
+    rollouts are 3 parsed against its parent's 4 would be a certain drop of 0.25). This is the
+    two-stage bootstrap of hierarchical data (Davison & Hinkley 1997, *Bootstrap Methods and
+    their Application*, §3.8; Ren et al. 2010, J. Appl. Stat. 37(9), "Nonparametric
+    bootstrapping for hierarchical data"), which errs wide rather than narrow, the side a
+    rule that rejects should err on. A side that never varies (all parsed, or none) has no
+    noise of its own: a candidate that parses nothing against a parent that parses
+    everything gives the point interval (1, 1) at any number of questions.
+    """
+    if not question_ids:
+        raise ValueError("a parse-rate interval needs at least one question")
+
+    def counts(samples: Samples) -> tuple[np.ndarray, np.ndarray]:
+        total = np.array([len(samples[q]) for q in question_ids], dtype=np.int64)
+        parsed = np.array(
+            [sum(a is not None for a in samples[q]) for q in question_ids], dtype=np.int64
+        )
+        return total, parsed
+
+    (m_c, k_c), (m_p, k_p) = counts(candidate), counts(parent)
+    rng = np.random.default_rng(seed)
+    drawn = rng.integers(0, len(question_ids), size=(n_resamples, len(question_ids)))
+
+    def rates(total: np.ndarray, parsed: np.ndarray) -> np.ndarray:
+        share = np.divide(parsed, total, out=np.zeros(len(total)), where=total > 0)
+        redrawn = rng.binomial(total[drawn], share[drawn])
+        all_rollouts = total[drawn].sum(axis=1)
+        return np.divide(
+            redrawn.sum(axis=1), all_rollouts, out=np.zeros(n_resamples), where=all_rollouts > 0
+        )
+
+    drops = rates(m_p, k_p) - rates(m_c, k_c)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(drops, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
 def judge_candidate(
     candidate: Samples,
     parent: Samples,
@@ -161,7 +224,8 @@ def judge_candidate(
     questions (`outcomes`: question id → 1.0 / 0.0; both sample maps cover every one).
 
     Rejected when any of these holds (all are checked and named):
-    - parse: parse_rate(candidate) < parse_rate(parent) − max_parse_drop;
+    - parse: the lower end of the `level` interval of parse_rate(parent) −
+      parse_rate(candidate) (`parse_drop_interval`) is > max_parse_drop;
     - collapse: extreme_share(candidate) > max_extreme_share and > extreme_share(parent);
     - Brier, with at least min_brier_questions questions: the lower end of the `level`
       percentile interval of Brier(candidate) − Brier(parent), resampling questions with
@@ -172,10 +236,25 @@ def judge_candidate(
     mine = forecast_health(candidate, outcomes, options.extreme_margin)
     theirs = forecast_health(parent, outcomes, options.extreme_margin)
     failed: list[str] = []
-    if mine.parse_rate < theirs.parse_rate - options.max_parse_drop:
+    ids = sorted(outcomes)
+    parse_drop = theirs.parse_rate - mine.parse_rate
+    parse_ci = parse_drop_interval(
+        candidate,
+        parent,
+        ids,
+        n_resamples=options.n_resamples,
+        level=options.level,
+        seed=options.seed,
+    )
+    parse_note = (
+        f"parse rate {mine.parse_rate:.2f} vs {theirs.parse_rate:.2f} (drop {parse_drop:+.2f}, "
+        f"{options.level:.0%} CI [{parse_ci[0]:+.2f}, {parse_ci[1]:+.2f}])"
+    )
+    if parse_ci[0] > options.max_parse_drop:
         failed.append(
             f"parse rate {mine.parse_rate:.2f} is more than {options.max_parse_drop:.2f} below "
-            f"{parent_name}'s {theirs.parse_rate:.2f}"
+            f"{parent_name}'s {theirs.parse_rate:.2f} beyond the interval (lower end of the "
+            f"drop {parse_ci[0]:+.2f} on {len(ids)} questions)"
         )
     if mine.extreme_share > options.max_extreme_share and mine.extreme_share > theirs.extreme_share:
         failed.append(
@@ -183,7 +262,6 @@ def judge_candidate(
             f"0 or 1 (bound {options.max_extreme_share:.0%}, {parent_name} "
             f"{theirs.extreme_share:.0%})"
         )
-    ids = sorted(outcomes)
     rows = {
         side: [(q, question_forecast(samples[q])[0], outcomes[q]) for q in ids]
         for side, samples in (("candidate", candidate), ("parent", parent))
@@ -210,9 +288,8 @@ def judge_candidate(
     else:
         brier_note += f"; Brier rule needs {options.min_brier_questions} questions)"
     numbers = (
-        f"{brier_note} on {len(ids)} questions; parse rate {mine.parse_rate:.2f} vs "
-        f"{theirs.parse_rate:.2f}; extreme share {mine.extreme_share:.2f} vs "
-        f"{theirs.extreme_share:.2f}"
+        f"{brier_note} on {len(ids)} questions; {parse_note}; extreme share "
+        f"{mine.extreme_share:.2f} vs {theirs.extreme_share:.2f}"
     )
     verdict = "passed" if not failed else "rejected: " + "; ".join(failed)
     return GateVerdict(
@@ -222,4 +299,6 @@ def judge_candidate(
         parent=theirs,
         brier_difference=difference,
         brier_ci=interval,
+        parse_drop=parse_drop,
+        parse_drop_ci=parse_ci,
     )

@@ -12,6 +12,7 @@ from futureworld.validation import (
     forecast_health,
     is_held_out,
     judge_candidate,
+    parse_drop_interval,
     validation_point,
 )
 
@@ -66,10 +67,47 @@ def test_a_version_that_stops_answering_is_rejected_for_its_parse_rate() -> None
     mute = {q: (None, None) for q in OUTCOMES}
     verdict = judge_candidate(mute, HEDGING, OUTCOMES, GateOptions())
     assert not verdict.promote
-    assert "parse rate 0.00 is more than 0.05 below parent's 1.00" in verdict.reason
-    # within the allowed drop it passes: 39 of 40 rollouts is 0.025 below
-    almost = {**HEDGING, 0: (0.5, None)}
-    assert judge_candidate(almost, HEDGING, OUTCOMES, GateOptions()).promote
+    assert verdict.parse_drop == 1.0 and verdict.parse_drop_ci == (1.0, 1.0)
+    assert (
+        "parse rate 0.00 is more than 0.05 below parent's 1.00 beyond the interval "
+        "(lower end of the drop +1.00 on 20 questions)" in verdict.reason
+    )
+    assert "parse rate 0.00 vs 1.00 (drop +1.00, 95% CI [+1.00, +1.00])" in verdict.reason
+    # nothing parsed against everything parsed is certain on any number of questions
+    three = {q: OUTCOMES[q] for q in range(3)}
+    assert not judge_candidate(mute, HEDGING, three, GateOptions()).promote
+
+
+def test_one_unparsed_answer_more_than_the_parent_on_a_small_set_is_promoted() -> None:
+    few = {q: OUTCOMES[q] for q in range(4)}
+    parent = {q: (0.5,) * 4 for q in few}
+    candidate = {**parent, 2: (0.5, 0.5, 0.5, None)}
+    verdict = judge_candidate(candidate, parent, few, GateOptions())
+    assert verdict.promote and verdict.parse_drop == pytest.approx(1 / 16)
+    assert verdict.parse_drop_ci[0] == 0.0 and verdict.parse_drop_ci[1] > 0.05
+    # one rollout a question: one miss in ten is a drop of 0.10, more than 0.05, yet promoted
+    ten = {q: OUTCOMES[q] for q in range(10)}
+    single = {q: (0.5,) for q in ten}
+    verdict = judge_candidate({**single, 0: (None,)}, single, ten, GateOptions())
+    assert verdict.promote and verdict.parse_drop == pytest.approx(0.1)
+    # the same share missing on every question of forty rollouts each is a drop with confidence
+    wide = {q: (0.5,) * 40 for q in OUTCOMES}
+    thinner = {q: (0.5,) * 30 + (None,) * 10 for q in OUTCOMES}
+    verdict = judge_candidate(thinner, wide, OUTCOMES, GateOptions())
+    assert not verdict.promote and verdict.parse_drop_ci[0] > 0.05
+
+
+def test_the_parse_drop_interval_of_one_question_is_its_rollouts_binomial() -> None:
+    # one question, 4 of 4 parsed against 3 of 4: the parent never varies, the candidate's
+    # redrawn parsed count is Binomial(4, 3/4), so the drop 1 − X/4 is 0 with P = 0.316,
+    # 0.25 with 0.422, 0.5 with 0.211, 0.75 with 0.047 and 1 with 0.004: its 2.5% quantile
+    # is 0 and its 97.5% quantile 0.75 (P(drop ≤ 0.5) = 0.949 < 0.975 ≤ P(drop ≤ 0.75))
+    interval = parse_drop_interval({0: (0.5, 0.5, 0.5, None)}, {0: (0.5,) * 4}, [0])
+    assert interval == (0.0, 0.75)
+    # all 4 parsed on both sides: no noise, a point at 0
+    assert parse_drop_interval({0: (0.5,) * 4}, {0: (0.5,) * 4}, [0]) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="at least one question"):
+        parse_drop_interval({}, {}, [])
 
 
 def test_a_collapsed_version_is_rejected_but_not_for_matching_an_extreme_parent() -> None:

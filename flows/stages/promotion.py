@@ -83,6 +83,8 @@ class GateReport:
     candidate: ForecastHealth | None = None
     parent: ForecastHealth | None = None
     brier_ci: tuple[float, float] | None = None
+    parse_drop_ci: tuple[float, float] | None = None
+    """The paired interval of parse_rate(parent) − parse_rate(candidate) (the parse rule's)."""
     forecast: dict[str, int] = field(default_factory=dict)
     """Questions forecast now, per side ("candidate", "parent"); the rest were reused."""
 
@@ -163,6 +165,7 @@ def gate_version(
         candidate=verdict.candidate,
         parent=verdict.parent,
         brier_ci=verdict.brier_ci,
+        parse_drop_ci=verdict.parse_drop_ci,
         forecast={"candidate": len(made), "parent": len(made_parent)},
     )
 
