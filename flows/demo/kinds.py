@@ -43,8 +43,8 @@ from futureworld.policy.base import PolicyBackend
 from futureworld.scoring import PairedDifference, expected_calibration_error
 from futureworld.sources.manifold import market_to_question
 from futureworld.world import World
-from futureworld.world.kinds import SimChoiceQuestion, SimKindQuestion, SimNumericQuestion
 from futureworld.world.payloads import kind_market
+from futureworld.world.questions import SimChoiceQuestion, SimKindQuestion, SimNumericQuestion
 from futureworld.world.reference import KindSFTExample, kind_sft_examples
 
 KIND_PANEL_SEED_OFFSET = 1_000_000

@@ -27,8 +27,7 @@ from futureworld.agent.tools import InMemoryCorpus
 from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajectory
 from futureworld.policy.base import PolicyBackend
 from futureworld.scoring import brier
-from futureworld.world import World, WorldConfig
-from futureworld.world.model import ArticleKind
+from futureworld.world import ArticleKind, World, WorldConfig
 from storage.repositories.articles import articles_between
 from storage.repositories.questions import list_questions
 from storage.repositories.rollouts import rollouts_for

@@ -9,17 +9,12 @@ A research world (`research=True`) states no cue in its questions, only in its e
 / `uninformed_forecast`) and `research_floors` / `kind_research_floors` bound it.
 """
 
+from futureworld.world.articles import ArticleKind, SimArticle
 from futureworld.world.clock import SimClock
 from futureworld.world.config import WorldConfig
-from futureworld.world.kinds import KindResolution, SimChoiceQuestion, SimNumericQuestion
-from futureworld.world.model import (
-    ArticleKind,
-    MarketResolution,
-    Resolution,
-    SimArticle,
-    SimQuestion,
-    World,
-)
+from futureworld.world.model import World
+from futureworld.world.outcomes import KindResolution, MarketResolution, Resolution
+from futureworld.world.questions import SimChoiceQuestion, SimNumericQuestion, SimQuestion
 from futureworld.world.reference import (
     KindResearchFloors,
     ResearchFloors,

@@ -70,14 +70,14 @@ class WorldConfig:
     """Publish a news item stating each outcome at its resolution time (exercises the search
     cut-off: an agent that sees one has leaked the future)."""
     choice_questions_per_day: int = 0
-    """Multiple-choice questions ("which of k entities", kinds.py) posed each day after the
+    """Multiple-choice questions ("which of k entities", questions.py) posed each day after the
     binary ones; 0 keeps the world binary-only and byte-identical to earlier versions."""
     choice_options: int = 4
     """Options (entities of one topic) per choice question, 2 to 6."""
     choice_favourite_p: tuple[float, ...] = (0.4, 0.55, 0.7, 0.85)
     """True probability of the favourite at each stated strength (slight … overwhelming)."""
     numeric_questions_per_day: int = 0
-    """Numeric questions (a latent quantity, kinds.py) posed each day after the choice ones."""
+    """Numeric questions (a latent quantity, questions.py) posed each day after the choice ones."""
     numeric_sigmas: tuple[float, ...] = (10.0, 20.0)
     """The spreads σ a numeric question's stated "give or take" takes."""
     research: bool = False

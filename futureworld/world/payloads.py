@@ -27,13 +27,15 @@ from datetime import datetime
 from email.utils import format_datetime
 from typing import Any
 
-from futureworld.world.kinds import (
-    KindResolution,
+from futureworld.world.articles import SimArticle
+from futureworld.world.model import CREATOR_USERNAME
+from futureworld.world.outcomes import KindResolution, Resolution
+from futureworld.world.questions import (
     SimChoiceQuestion,
     SimKindQuestion,
     SimNumericQuestion,
+    SimQuestion,
 )
-from futureworld.world.model import CREATOR_USERNAME, Resolution, SimArticle, SimQuestion
 
 CONTENT_NS = "http://purl.org/rss/1.0/modules/content/"
 ET.register_namespace("content", CONTENT_NS)
@@ -93,18 +95,7 @@ def lite_market(
     Pool: for cpmm-1 with p = 0.5, P(yes) = NO / (YES + NO), so YES = L·(1 − P), NO = L·P.
     """
     prob = question.crowd_probability
-    volume = round(40.0 + 600.0 * abs(prob - 0.5) + 7.0 * question.index, 2)
-    last_updated = min(now, question.close_at)
-    market: dict[str, Any] = {
-        "id": question.external_id,
-        "creatorId": f"{CREATOR_USERNAME}-id",
-        "creatorUsername": CREATOR_USERNAME,
-        "creatorName": "Simulated World",
-        "createdTime": to_ms(question.created_at),
-        "closeTime": to_ms(question.close_at),
-        "question": question.title,
-        "slug": question.slug,
-        "url": market_url(question, base_url),
+    trading = {
         "outcomeType": "BINARY",
         "mechanism": "cpmm-1",
         "probability": prob,
@@ -114,20 +105,19 @@ def lite_market(
             "NO": round(POOL_LIQUIDITY * prob, 4),
         },
         "totalLiquidity": POOL_LIQUIDITY,
-        "volume": volume,
-        "volume24Hours": round(volume / question.horizon_days, 2),
-        "uniqueBettorCount": 3 + question.index % 11,
-        "isResolved": resolution is not None,
-        "lastUpdatedTime": to_ms(last_updated),
-        "lastBetTime": to_ms(last_updated),
-        "token": "MANA",
-        "groupSlugs": [question.topic.value],
-        "textDescription": question.description,
     }
+    market = _market_base(
+        question,
+        resolution is not None,
+        now=now,
+        base_url=base_url,
+        trading=trading,
+        volume=round(40.0 + 600.0 * abs(prob - 0.5) + 7.0 * question.index, 2),
+        bettors=3 + question.index % 11,
+    )
     if resolution is not None:
         market["resolution"] = resolution.resolution.value
-        market["resolutionTime"] = to_ms(resolution.resolved_at)
-        market["lastUpdatedTime"] = to_ms(resolution.resolved_at)
+        _set_resolved(market, resolution.resolved_at)
     return market
 
 
@@ -145,11 +135,20 @@ def full_market(
     return market
 
 
-def _kind_base(
-    question: SimKindQuestion, resolution: KindResolution | None, *, now: datetime, base_url: str
+def _market_base(
+    question: SimQuestion | SimKindQuestion,
+    resolved: bool,
+    *,
+    now: datetime,
+    base_url: str,
+    trading: dict[str, Any],
+    volume: float,
+    bettors: int,
 ) -> dict[str, Any]:
+    """The fields every kind of market shares as of `now`, with its `trading` fields (type,
+    mechanism, pool …) after its url, in Manifold's order."""
     last_updated = min(now, question.close_at)
-    market: dict[str, Any] = {
+    return {
         "id": question.external_id,
         "creatorId": f"{CREATOR_USERNAME}-id",
         "creatorUsername": CREATOR_USERNAME,
@@ -159,20 +158,22 @@ def _kind_base(
         "question": question.title,
         "slug": question.slug,
         "url": market_url(question, base_url),
-        "volume": round(60.0 + 9.0 * question.index, 2),
-        "volume24Hours": round((60.0 + 9.0 * question.index) / question.horizon_days, 2),
-        "uniqueBettorCount": 4 + question.index % 9,
-        "isResolved": resolution is not None,
+        **trading,
+        "volume": volume,
+        "volume24Hours": round(volume / question.horizon_days, 2),
+        "uniqueBettorCount": bettors,
+        "isResolved": resolved,
         "lastUpdatedTime": to_ms(last_updated),
         "lastBetTime": to_ms(last_updated),
         "token": "MANA",
         "groupSlugs": [question.topic.value],
         "textDescription": question.description,
     }
-    if resolution is not None:
-        market["resolutionTime"] = to_ms(resolution.resolved_at)
-        market["lastUpdatedTime"] = to_ms(resolution.resolved_at)
-    return market
+
+
+def _set_resolved(market: dict[str, Any], resolved_at: datetime) -> None:
+    market["resolutionTime"] = to_ms(resolved_at)
+    market["lastUpdatedTime"] = to_ms(resolved_at)
 
 
 def _choice_answers(
@@ -215,7 +216,17 @@ def kind_market(
 ) -> dict[str, Any]:
     """The LiteMarket (full=False) or FullMarket of a choice or numeric market as of `now`;
     `resolution` must be None until its resolution time (the server guarantees it)."""
-    market = _kind_base(question, resolution, now=now, base_url=base_url)
+    market = _market_base(
+        question,
+        resolution is not None,
+        now=now,
+        base_url=base_url,
+        trading={},
+        volume=round(60.0 + 9.0 * question.index, 2),
+        bettors=4 + question.index % 9,
+    )
+    if resolution is not None:
+        _set_resolved(market, resolution.resolved_at)
     if isinstance(question, SimChoiceQuestion):
         market.update(outcomeType="MULTIPLE_CHOICE", mechanism="cpmm-multi-1")
         if resolution is not None:

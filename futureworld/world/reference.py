@@ -31,8 +31,8 @@ from futureworld.domain import QUANTILE_LEVELS, Question
 from futureworld.scoring import brier, crps_from_quantiles
 from futureworld.scoring_choice import multiclass_brier
 from futureworld.world.config import WorldConfig, cue_probability
-from futureworld.world.kinds import SimChoiceQuestion, SimNumericQuestion
 from futureworld.world.model import World
+from futureworld.world.questions import SimChoiceQuestion, SimNumericQuestion
 
 DEFAULT_SHARPENING = 2.0
 REFERENCE_RANGE = (0.01, 0.99)

@@ -2,9 +2,9 @@
 
 Owns the likelihood of an evidence article's reading, the exact posterior P(yes | readings)
 (the informed floor), the prior mean (the uninformed floor) and the texts of the lure articles
-that surround the evidence; model.py generates the articles, reference.py scores the floors.
+that surround the evidence; articles.py generates the articles, reference.py scores the floors.
 
-Noise model (model.py `_make_evidence`): an evidence article reports the true level k with
+Noise model (articles.py `binary_evidence`): an evidence article reports the true level k with
 probability 1 − ε and otherwise k − 1 or k + 1, each with probability ε/2, clipped to the
 ladder, so at an end of the ladder the clipped step lands on the end itself:
     P(r | k) = (1 − ε)·1[r = k] + ε/2·1[r = clip(k − 1)] + ε/2·1[r = clip(k + 1)].
@@ -15,7 +15,7 @@ exploit; the floors ignore that, as an agent forecasting one question does.)
 Posterior: P(k | r_1..r_n) ∝ π(k) · Π_i P(r_i | k), and P(yes | r) = Σ_k P(k | r) · p_yes(k).
 With no readings it is the prior mean Σ_k π(k) · p_yes(k), the uninformed floor.
 
-Choice questions (kinds.py): the favourite f is uniform over the k options and each evidence
+Choice questions (questions.py): the favourite f is uniform over the k options and each evidence
 article names it with probability 1 − ε, else one of the others (ε/(k − 1) each); the strength
 s is stated exactly. P(f | n_1..n_m) ∝ Π_i P(n_i | f) and P(option j wins) = Σ_f P(f | n) ·
 p_f(j), p_f(f) = favourite_p[s], p_f(j ≠ f) = (1 − favourite_p[s])/(k − 1); with no readings
@@ -33,8 +33,13 @@ from collections.abc import Sequence
 from statistics import NormalDist
 
 from futureworld.world.config import cue_phrase
-from futureworld.world.kinds import NUMERIC_MEANS, NUMERIC_UPPER
-from futureworld.world.vocabulary import DISTRACTOR_EVENTS, EVIDENCE_SOURCES, Topic
+from futureworld.world.vocabulary import (
+    DISTRACTOR_EVENTS,
+    EVIDENCE_SOURCES,
+    NUMERIC_MEANS,
+    NUMERIC_UPPER,
+    Topic,
+)
 
 LURE_EVENTS: dict[Topic, tuple[str, ...]] = {
     Topic.ECONOMY: ("open a regional branch", "issue corporate bonds"),

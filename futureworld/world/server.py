@@ -33,8 +33,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from futureworld.world.clock import SimClock
-from futureworld.world.kinds import KindResolution, SimKindQuestion
-from futureworld.world.model import Resolution, SimQuestion, World
+from futureworld.world.model import World
+from futureworld.world.outcomes import KindResolution, Resolution
 from futureworld.world.payloads import (
     article_html,
     full_market,
@@ -42,6 +42,7 @@ from futureworld.world.payloads import (
     lite_market,
     rss_document,
 )
+from futureworld.world.questions import SimKindQuestion, SimQuestion
 from futureworld.world.vocabulary import Topic
 
 FEED_WINDOW = timedelta(days=7)

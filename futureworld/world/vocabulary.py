@@ -1,4 +1,5 @@
-"""The simulated world's words: topics, entity names, event phrases and news wording.
+"""The simulated world's words: topics, entity names, event phrases, news wording and the
+numeric questions' quantities and range.
 
 Pure data plus the seeded entity roster; no randomness beyond the seed it is given. Keeping
 the vocabulary small keeps the texts short and the locally trained tokenizer tiny.
@@ -74,6 +75,15 @@ EVENTS: dict[Topic, tuple[str, ...]] = {
 }
 
 EVIDENCE_SOURCES = ("Analysts", "Insiders", "Local reporters", "Industry watchers", "Observers")
+
+CHOICE_STRENGTH_WORDS = ("slight", "clear", "strong", "overwhelming")
+"""How a choice question's favourite is described, weakest first (choice_favourite_p)."""
+NUMERIC_UPPER = 200.0
+NUMERIC_UNIT = "units"
+NUMERIC_QUANTITIES = ("new customers", "site visits", "permits filed", "service calls")
+NUMERIC_MEANS = tuple(20.0 * k for k in range(2, 9))
+"""The values μ of a numeric question takes, equally likely (40, 60, …, 160)."""
+NUMERIC_PRIOR_MEAN = sum(NUMERIC_MEANS) / len(NUMERIC_MEANS)
 
 # Irrelevant chatter: never the subject of a question, never carries a cue.
 DISTRACTOR_EVENTS = (

@@ -28,8 +28,7 @@ from futureworld.policy.streaming import SequentialStream
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rewards import RewardFn
 from futureworld.rl.config import TrainConfig
-from futureworld.world import World, WorldConfig
-from futureworld.world.kinds import SimChoiceQuestion, SimNumericQuestion
+from futureworld.world import SimChoiceQuestion, SimNumericQuestion, World, WorldConfig
 from futureworld.world.reference import choice_reference, kind_sft_examples, numeric_reference
 
 WORLD = World(

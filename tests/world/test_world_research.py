@@ -25,7 +25,6 @@ from futureworld.world import (
     sft_examples,
 )
 from futureworld.world.config import FIVE_LEVEL_WORDS, cue_phrase, parse_cue_level
-from futureworld.world.kinds import CHOICE_STRENGTH_WORDS, NUMERIC_MEANS
 from futureworld.world.payloads import (
     article_html,
     full_market,
@@ -44,7 +43,7 @@ from futureworld.world.research import (
     reading_likelihood,
     uninformed_p_yes,
 )
-from futureworld.world.vocabulary import EVENTS
+from futureworld.world.vocabulary import CHOICE_STRENGTH_WORDS, EVENTS, NUMERIC_MEANS
 from storage.engine import session_scope
 from storage.repositories.articles import Visibility, insert_articles
 from storage.search import ArticleCorpus
