@@ -43,25 +43,25 @@ from futureworld.domain import (
     OutcomeStatus,
     Question,
     QuestionKind,
-    utc_now,
 )
 from futureworld.sources.base import (
-    HarvestResult,
     Page,
     SkipItem,
     SourceResolution,
     clamp_probability,
     close_skip_reason,
     from_iso,
-    harvest_pages,
     listed_items,
     malformed_item,
-    payload_resolution,
-    per_id_fetch_resolutions,
     required_id,
     required_text,
 )
-from futureworld.sources.http import SourceClient, join_url
+from futureworld.sources.paging import (
+    Listing,
+    paged_harvest_open,
+    payload_resolution,
+    per_id_fetch_resolutions,
+)
 
 SOURCE = "kalshi"
 DEFAULT_BASE_URL = "https://api.elections.kalshi.com"
@@ -143,51 +143,41 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     )
 
 
-def harvest_open(
-    client: SourceClient,
-    base_url: str = DEFAULT_BASE_URL,
-    *,
-    now: datetime | None = None,
-    limit: int = 500,
-    page_size: int = 200,
-    max_pages: int = 50,
-    token: str | None = None,
-) -> HarvestResult:
-    """Cursor-page open markets; keeps binary and scalar markets (module docstring) that close
-    after `now`."""
-    del token  # market data is public; trading auth (RSA signatures) is not needed here
-    now = now or utc_now()
-    url = join_url(base_url, f"{API_PREFIX}/markets")
+def _fetch_page(listing: Listing, cursor: str | None) -> Page:
+    params: dict[str, Any] = {
+        "limit": max(1, min(listing.page_size, MAX_PAGE_SIZE)),
+        "status": "open",
+        "mve_filter": "exclude",
+    }
+    if cursor:
+        params["cursor"] = cursor
+    page = listing.client.get_json(SOURCE, listing.url, params=params)
+    markets = listed_items(page, "markets", source=SOURCE, url=listing.url)
+    next_cursor = page.get("cursor")
+    return Page(items=markets, next_cursor=str(next_cursor) if next_cursor else None)
 
-    def fetch_page(cursor: str | None) -> Page:
-        params: dict[str, Any] = {
-            "limit": max(1, min(page_size, MAX_PAGE_SIZE)),
-            "status": "open",
-            "mve_filter": "exclude",
-        }
-        if cursor:
-            params["cursor"] = cursor
-        page = client.get_json(SOURCE, url, params=params)
-        markets = listed_items(page, "markets", source=SOURCE, url=url)
-        next_cursor = page.get("cursor")
-        return Page(items=markets, next_cursor=str(next_cursor) if next_cursor else None)
 
-    def to_question(market: Any) -> Question:
-        reason = _skip_reason(market, now)
-        if reason:
-            raise SkipItem(reason)
-        with malformed_item(f"{SOURCE}: market {market.get('ticker')!r}"):
-            question = market_to_question(market, now=now)
-        return question
+def _to_question(listing: Listing, market: Any) -> Question:
+    reason = _skip_reason(market, listing.now)
+    if reason:
+        raise SkipItem(reason)
+    with malformed_item(f"{SOURCE}: market {market.get('ticker')!r}"):
+        question = market_to_question(market, now=listing.now)
+    return question
 
-    return harvest_pages(
-        fetch_page,
-        to_question,
-        limit=limit,
-        max_pages=max_pages,
-        page_url=url,
-        label=f"{SOURCE}: market",
-    )
+
+harvest_open = paged_harvest_open(
+    SOURCE,
+    DEFAULT_BASE_URL,
+    path=f"{API_PREFIX}/markets",
+    item="market",
+    default_page_size=200,
+    fetch_page=_fetch_page,
+    to_question=_to_question,
+    doc="""Cursor-page open markets; keeps binary and scalar markets (module docstring) that
+    close after `now`. Market data is public: the token is not sent (trading auth, RSA
+    signatures, is not needed here).""",
+)
 
 
 def is_multivariate(market: dict[str, Any]) -> bool:

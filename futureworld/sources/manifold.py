@@ -33,6 +33,7 @@ Mapping per outcomeType:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -42,10 +43,8 @@ from futureworld.domain import (
     OutcomeStatus,
     Question,
     QuestionKind,
-    utc_now,
 )
 from futureworld.sources.base import (
-    HarvestResult,
     Page,
     PageError,
     SkipItem,
@@ -53,14 +52,17 @@ from futureworld.sources.base import (
     clamp_probability,
     close_skip_reason,
     from_ms,
-    harvest_pages,
     malformed_item,
-    payload_resolution,
-    per_id_fetch_resolutions,
     required_id,
     required_text,
 )
-from futureworld.sources.http import SourceClient, SourceError, join_url
+from futureworld.sources.http import SourceError, join_url
+from futureworld.sources.paging import (
+    Listing,
+    paged_harvest_open,
+    payload_resolution,
+    per_id_fetch_resolutions,
+)
 
 SOURCE = "manifold"
 DEFAULT_BASE_URL = "https://api.manifold.markets"
@@ -125,6 +127,18 @@ def _numeric_fields(market: dict[str, Any]) -> dict[str, Any]:
     return {"extra": extra}
 
 
+def _binary_fields(market: dict[str, Any]) -> dict[str, Any]:
+    return {"crowd_probability": clamp_probability(market.get("probability")), "extra": {}}
+
+
+_KIND_FIELDS: dict[QuestionKind, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    QuestionKind.BINARY: _binary_fields,
+    QuestionKind.CHOICE: _choice_fields,
+    QuestionKind.NUMERIC: _numeric_fields,
+}
+"""A market's Question fields of its kind: options, crowd forecast and the kind's extra."""
+
+
 def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     """One market (a LiteMarket, or the FullMarket of a multiple-choice one) to an open
     Question of its kind; KeyError/ValueError (FieldError: a null, empty or wrongly typed id,
@@ -138,11 +152,7 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     if not background and isinstance(market.get("description"), str):
         background = market["description"]
     slugs = market.get("groupSlugs") or []
-    fields: dict[str, Any] = {"extra": {}}
-    if kind is QuestionKind.CHOICE:
-        fields = _choice_fields(market)
-    elif kind is QuestionKind.NUMERIC:
-        fields = _numeric_fields(market)
+    fields = _KIND_FIELDS[kind](market)
     return Question(
         source=SOURCE,
         external_id=market_id,
@@ -155,85 +165,73 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
         created_at=created_at,
         info_cutoff_at=now,
         close_at=from_ms(market.get("closeTime")),
-        crowd_probability=(
-            clamp_probability(market.get("probability")) if kind is QuestionKind.BINARY else None
-        ),
+        crowd_probability=fields.get("crowd_probability"),
         options=fields.get("options", ()),
         extra={"group_slugs": list(slugs), **fields["extra"]},
     )
 
 
-def harvest_open(
-    client: SourceClient,
-    base_url: str = DEFAULT_BASE_URL,
-    *,
-    now: datetime | None = None,
-    limit: int = 500,
-    page_size: int = 500,
-    max_pages: int = 50,
-    token: str | None = None,
-) -> HarvestResult:
-    """Page /v0/markets (before = last id) and keep open markets of the harvested kinds
+def _fetch_page(listing: Listing, before: str | None) -> Page:
+    size = max(1, min(listing.page_size, MAX_PAGE_SIZE))
+    params: dict[str, Any] = {"limit": size}
+    if before is not None:
+        params["before"] = before
+    url = listing.url
+    page = listing.client.get_json(SOURCE, url, params=params, headers=_headers(listing.token))
+    if not isinstance(page, list):
+        raise PageError(f"{SOURCE}: {url}: expected a JSON list of markets, got {type(page)}")
+    if len(page) < size or not page:  # a short page is the last one
+        return Page(items=page)
+    last_id = page[-1].get("id") if isinstance(page[-1], dict) else None
+    if last_id is None or last_id == before:
+        stopped = f"{SOURCE}: {url}: page ends without a usable id; stopped paging"
+        return Page(items=page, end_error=stopped)
+    return Page(items=page, next_cursor=str(last_id))
+
+
+def _to_question(listing: Listing, market: Any) -> Question:
+    reason = _skip_reason(market, listing.now)
+    if reason:
+        raise SkipItem(reason)
+    label = f"{SOURCE}: market {market.get('id')!r}"
+    with malformed_item(label):
+        market_id = required_id(market, "id")
+    if market.get("outcomeType") == "MULTIPLE_CHOICE" and "answers" not in market:
+        market = _full_market(listing, market_id, label)
+    with malformed_item(label):
+        if market.get("outcomeType") == "MULTIPLE_CHOICE" and (
+            market.get("shouldAnswersSumToOne") is False
+        ):
+            raise SkipItem("independent_answers")
+        question = market_to_question(market, now=listing.now)
+    return question
+
+
+def _full_market(listing: Listing, market_id: str, label: str) -> dict[str, Any]:
+    full_url = join_url(listing.base_url, f"/v0/market/{market_id}")
+    try:
+        full = listing.client.get_json(SOURCE, full_url, headers=_headers(listing.token))
+    except SourceError as error:
+        raise SkipItem("failed_fetch", f"{label}: {error}") from error
+    if not isinstance(full, dict):
+        raise SkipItem("malformed", f"{label}: {full_url} did not return a market object")
+    return full
+
+
+harvest_open = paged_harvest_open(
+    SOURCE,
+    DEFAULT_BASE_URL,
+    path="/v0/markets",
+    item="market",
+    default_page_size=500,
+    fetch_page=_fetch_page,
+    to_question=_to_question,
+    doc="""Page /v0/markets (before = last id) and keep open markets of the harvested kinds
     (module docstring) closing after `now`; a multiple-choice market's answers come from its
     FullMarket.
 
-    A failed page ends paging (the cursor is lost) but keeps everything already harvested.
-    """
-    now = now or utc_now()
-    headers = _headers(token)
-    url = join_url(base_url, "/v0/markets")
-    size = max(1, min(page_size, MAX_PAGE_SIZE))
-
-    def fetch_page(before: str | None) -> Page:
-        params: dict[str, Any] = {"limit": size}
-        if before is not None:
-            params["before"] = before
-        page = client.get_json(SOURCE, url, params=params, headers=headers)
-        if not isinstance(page, list):
-            raise PageError(f"{SOURCE}: {url}: expected a JSON list of markets, got {type(page)}")
-        if len(page) < size or not page:  # a short page is the last one
-            return Page(items=page)
-        last_id = page[-1].get("id") if isinstance(page[-1], dict) else None
-        if last_id is None or last_id == before:
-            stopped = f"{SOURCE}: {url}: page ends without a usable id; stopped paging"
-            return Page(items=page, end_error=stopped)
-        return Page(items=page, next_cursor=str(last_id))
-
-    def to_question(market: Any) -> Question:
-        reason = _skip_reason(market, now)
-        if reason:
-            raise SkipItem(reason)
-        label = f"{SOURCE}: market {market.get('id')!r}"
-        with malformed_item(label):
-            market_id = required_id(market, "id")
-        if market.get("outcomeType") == "MULTIPLE_CHOICE" and "answers" not in market:
-            market = _full_market(market_id, label)
-        with malformed_item(label):
-            if market.get("outcomeType") == "MULTIPLE_CHOICE" and (
-                market.get("shouldAnswersSumToOne") is False
-            ):
-                raise SkipItem("independent_answers")
-            question = market_to_question(market, now=now)
-        return question
-
-    def _full_market(market_id: str, label: str) -> dict[str, Any]:
-        full_url = join_url(base_url, f"/v0/market/{market_id}")
-        try:
-            full = client.get_json(SOURCE, full_url, headers=headers)
-        except SourceError as error:
-            raise SkipItem("failed_fetch", f"{label}: {error}") from error
-        if not isinstance(full, dict):
-            raise SkipItem("malformed", f"{label}: {full_url} did not return a market object")
-        return full
-
-    return harvest_pages(
-        fetch_page,
-        to_question,
-        limit=limit,
-        max_pages=max_pages,
-        page_url=url,
-        label=f"{SOURCE}: market",
-    )
+    A failed page ends paging (the cursor is lost) but keeps everything already harvested.""",
+)
 
 
 def _headers(token: str | None) -> dict[str, str] | None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -40,25 +41,26 @@ from futureworld.domain import (
     OutcomeStatus,
     Question,
     QuestionKind,
-    utc_now,
 )
 from futureworld.sources.base import (
-    HarvestResult,
     Page,
     SkipItem,
     SourceResolution,
     clamp_probability,
     close_skip_reason,
     from_iso,
-    harvest_pages,
     listed_items,
     malformed_item,
-    payload_resolution,
-    per_id_fetch_resolutions,
     required_id,
     required_text,
 )
-from futureworld.sources.http import SourceClient, join_url
+from futureworld.sources.http import join_url
+from futureworld.sources.paging import (
+    Listing,
+    paged_harvest_open,
+    payload_resolution,
+    per_id_fetch_resolutions,
+)
 
 SOURCE = "metaculus"
 DEFAULT_BASE_URL = "https://www.metaculus.com"
@@ -176,23 +178,35 @@ def community_probabilities(question: dict[str, Any], n_options: int) -> list[fl
     return None
 
 
-def _kind_fields(question: dict[str, Any], kind: QuestionKind) -> dict[str, Any]:
-    if kind is QuestionKind.BINARY:
-        return {"crowd_probability": community_p_yes(question), "extra": {}}
-    if kind is QuestionKind.CHOICE:
-        listed = question["options"]
-        options = tuple(required_text(listed, i, name=f"options[{i}]") for i in range(len(listed)))
-        extra: dict[str, Any] = {"ordered_options": False}
-        crowd = community_probabilities(question, len(options))
-        if crowd is not None:
-            extra["crowd_probabilities"] = crowd
-        return {"options": options, "extra": extra}
+def _binary_fields(question: dict[str, Any]) -> dict[str, Any]:
+    return {"crowd_probability": community_p_yes(question), "extra": {}}
+
+
+def _choice_fields(question: dict[str, Any]) -> dict[str, Any]:
+    listed = question["options"]
+    options = tuple(required_text(listed, i, name=f"options[{i}]") for i in range(len(listed)))
+    extra: dict[str, Any] = {"ordered_options": False}
+    crowd = community_probabilities(question, len(options))
+    if crowd is not None:
+        extra["crowd_probabilities"] = crowd
+    return {"options": options, "extra": extra}
+
+
+def _numeric_fields(question: dict[str, Any]) -> dict[str, Any]:
     spec = numeric_spec(question)
     extra = spec.to_extra()
     quantiles = community_quantiles(question, spec)
     if quantiles is not None:
         extra["crowd_quantiles"] = quantiles
     return {"extra": extra}
+
+
+_KIND_FIELDS: dict[QuestionKind, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    QuestionKind.BINARY: _binary_fields,
+    QuestionKind.CHOICE: _choice_fields,
+    QuestionKind.NUMERIC: _numeric_fields,
+}
+"""A question's Question fields of its kind: options, crowd forecast and the kind's extra."""
 
 
 def post_to_question(post: dict[str, Any], base_url: str, *, now: datetime) -> Question:
@@ -206,7 +220,7 @@ def post_to_question(post: dict[str, Any], base_url: str, *, now: datetime) -> Q
     else:
         title = required_text(post, "title")
     kind = KIND_OF_TYPE[question.get("type", "binary")]
-    fields = _kind_fields(question, kind)
+    fields = _KIND_FIELDS[kind](question)
     created_at = from_iso(post.get("published_at")) or from_iso(post.get("created_at")) or now
     categories = ((post.get("projects") or {}).get("category")) or []
     domain = str(categories[0].get("name") or "") if categories else ""
@@ -232,54 +246,46 @@ def post_to_question(post: dict[str, Any], base_url: str, *, now: datetime) -> Q
     )
 
 
-def harvest_open(
-    client: SourceClient,
-    base_url: str = DEFAULT_BASE_URL,
-    *,
-    now: datetime | None = None,
-    limit: int = 500,
-    page_size: int = 100,
-    max_pages: int = 50,
-    token: str | None = None,
-) -> HarvestResult:
-    """Offset-page open posts of the harvested types (module docstring); group, conditional
-    and discrete posts are skipped and counted."""
-    now = now or utc_now()
-    url = join_url(base_url, "/api/posts/")
-
-    def fetch_page(offset: int | None) -> Page:
-        offset = offset or 0
-        params = {
-            "limit": page_size,
-            "offset": offset,
-            "statuses": "open",
-            "forecast_type": list(KIND_OF_TYPE),
-        }
-        page = client.get_json(SOURCE, url, params=params, headers=_headers(token))
-        results = listed_items(page, "results", source=SOURCE, url=url)
-        more = bool(page.get("next")) and bool(results)
-        return Page(items=results, next_cursor=offset + len(results) if more else None)
-
-    def to_question(post: Any) -> Question:
-        reason = _skip_reason(post, now)
-        if reason:
-            raise SkipItem(reason)
-        with malformed_item(f"{SOURCE}: post {post.get('id')!r}"):
-            if post["question"].get("type") in ("numeric", "date"):
-                zero_point = (post["question"].get("scaling") or {}).get("zero_point")
-                if zero_point is not None and float(zero_point) != 0.0:
-                    raise SkipItem("shifted_log_scale")
-            question = post_to_question(post, base_url, now=now)
-        return question
-
-    return harvest_pages(
-        fetch_page,
-        to_question,
-        limit=limit,
-        max_pages=max_pages,
-        page_url=url,
-        label=f"{SOURCE}: post",
+def _fetch_page(listing: Listing, offset: int | None) -> Page:
+    offset = offset or 0
+    params = {
+        "limit": listing.page_size,
+        "offset": offset,
+        "statuses": "open",
+        "forecast_type": list(KIND_OF_TYPE),
+    }
+    page = listing.client.get_json(
+        SOURCE, listing.url, params=params, headers=_headers(listing.token)
     )
+    results = listed_items(page, "results", source=SOURCE, url=listing.url)
+    more = bool(page.get("next")) and bool(results)
+    return Page(items=results, next_cursor=offset + len(results) if more else None)
+
+
+def _to_question(listing: Listing, post: Any) -> Question:
+    reason = _skip_reason(post, listing.now)
+    if reason:
+        raise SkipItem(reason)
+    with malformed_item(f"{SOURCE}: post {post.get('id')!r}"):
+        if post["question"].get("type") in ("numeric", "date"):
+            zero_point = (post["question"].get("scaling") or {}).get("zero_point")
+            if zero_point is not None and float(zero_point) != 0.0:
+                raise SkipItem("shifted_log_scale")
+        question = post_to_question(post, listing.base_url, now=listing.now)
+    return question
+
+
+harvest_open = paged_harvest_open(
+    SOURCE,
+    DEFAULT_BASE_URL,
+    path="/api/posts/",
+    item="post",
+    default_page_size=100,
+    fetch_page=_fetch_page,
+    to_question=_to_question,
+    doc="""Offset-page open posts of the harvested types (module docstring); group, conditional
+    and discrete posts are skipped and counted.""",
+)
 
 
 def _skip_reason(post: Any, now: datetime) -> str | None:

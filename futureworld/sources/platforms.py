@@ -12,26 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from types import ModuleType
-from typing import Protocol
 
 from futureworld.sources import kalshi, manifold, metaculus, polymarket
-from futureworld.sources.base import HarvestResult, ResolveResult
+from futureworld.sources.base import ResolveResult
 from futureworld.sources.http import SourceClient
-
-
-class HarvestOpen(Protocol):
-    def __call__(
-        self,
-        client: SourceClient,
-        base_url: str = ...,
-        *,
-        now: datetime | None = ...,
-        limit: int = ...,
-        page_size: int = ...,
-        max_pages: int = ...,
-        token: str | None = ...,
-    ) -> HarvestResult: ...
-
+from futureworld.sources.paging import HarvestOpen
 
 FetchResolutions = Callable[..., ResolveResult]
 

@@ -12,24 +12,25 @@ import math
 from datetime import datetime
 from typing import Any
 
-from futureworld.domain import OutcomeStatus, Question, QuestionKind, utc_now
+from futureworld.domain import OutcomeStatus, Question, QuestionKind
 from futureworld.sources.base import (
     MALFORMED_ERRORS,
-    HarvestResult,
     Page,
     SkipItem,
     SourceResolution,
     clamp_probability,
     describe_error,
     from_iso,
-    harvest_pages,
     listed_items,
-    payload_resolution,
-    per_id_fetch_resolutions,
     required_id,
     required_text,
 )
-from futureworld.sources.http import SourceClient, join_url
+from futureworld.sources.paging import (
+    Listing,
+    paged_harvest_open,
+    payload_resolution,
+    per_id_fetch_resolutions,
+)
 
 SOURCE = "polymarket"
 DEFAULT_BASE_URL = "https://gamma-api.polymarket.com"
@@ -85,56 +86,50 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     )
 
 
-def harvest_open(
-    client: SourceClient,
-    base_url: str = DEFAULT_BASE_URL,
-    *,
-    now: datetime | None = None,
-    limit: int = 500,
-    page_size: int = 100,
-    max_pages: int = 50,
-    token: str | None = None,
-) -> HarvestResult:
-    """Keyset-page open markets; keeps Yes/No markets that close after `now`."""
-    del token  # Gamma is public
-    now = now or utc_now()
-    url = join_url(base_url, "/markets/keyset")
+def _fetch_page(listing: Listing, cursor: str | None) -> Page:
+    params: dict[str, Any] = {
+        "limit": max(1, min(listing.page_size, MAX_PAGE_SIZE)),
+        "closed": "false",
+    }
+    if cursor:
+        params["after_cursor"] = cursor
+    page = listing.client.get_json(SOURCE, listing.url, params=params)
+    if isinstance(page, list):  # the legacy offset endpoint: one page, no cursor
+        return Page(items=page)
+    markets = listed_items(page, "markets", source=SOURCE, url=listing.url)
+    next_cursor = page.get("next_cursor")
+    return Page(items=markets, next_cursor=str(next_cursor) if next_cursor else None)
 
-    def fetch_page(cursor: str | None) -> Page:
-        params: dict[str, Any] = {"limit": max(1, min(page_size, MAX_PAGE_SIZE)), "closed": "false"}
-        if cursor:
-            params["after_cursor"] = cursor
-        page = client.get_json(SOURCE, url, params=params)
-        if isinstance(page, list):  # the legacy offset endpoint: one page, no cursor
-            return Page(items=page)
-        markets = listed_items(page, "markets", source=SOURCE, url=url)
-        next_cursor = page.get("next_cursor")
-        return Page(items=markets, next_cursor=str(next_cursor) if next_cursor else None)
 
-    def to_question(market: Any) -> Question:
-        if not isinstance(market, dict) or "id" not in market:
-            raise SkipItem("malformed", f"{SOURCE}: market without an id: {str(market)[:120]}")
-        if market.get("closed"):
-            raise SkipItem("closed")
-        try:
-            question = market_to_question(market, now=now)
-        except MALFORMED_ERRORS as exc:
-            if "not a Yes/No" in str(exc):
-                raise SkipItem("not_binary") from exc
-            malformed = f"{SOURCE}: market {market['id']!r} is malformed: {describe_error(exc)}"
-            raise SkipItem("malformed", malformed) from exc
-        if question.close_at is not None and question.close_at <= now:
-            raise SkipItem("closed")
-        return question
+def _to_question(listing: Listing, market: Any) -> Question:
+    now = listing.now
+    if not isinstance(market, dict) or "id" not in market:
+        raise SkipItem("malformed", f"{SOURCE}: market without an id: {str(market)[:120]}")
+    if market.get("closed"):
+        raise SkipItem("closed")
+    try:
+        question = market_to_question(market, now=now)
+    except MALFORMED_ERRORS as exc:
+        if "not a Yes/No" in str(exc):
+            raise SkipItem("not_binary") from exc
+        malformed = f"{SOURCE}: market {market['id']!r} is malformed: {describe_error(exc)}"
+        raise SkipItem("malformed", malformed) from exc
+    if question.close_at is not None and question.close_at <= now:
+        raise SkipItem("closed")
+    return question
 
-    return harvest_pages(
-        fetch_page,
-        to_question,
-        limit=limit,
-        max_pages=max_pages,
-        page_url=url,
-        label=f"{SOURCE}: market",
-    )
+
+harvest_open = paged_harvest_open(
+    SOURCE,
+    DEFAULT_BASE_URL,
+    path="/markets/keyset",
+    item="market",
+    default_page_size=100,
+    fetch_page=_fetch_page,
+    to_question=_to_question,
+    doc="Keyset-page open markets; keeps Yes/No markets that close after `now` (Gamma is "
+    "public: the token is not sent).",
+)
 
 
 def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceResolution | None:
