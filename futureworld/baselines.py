@@ -74,8 +74,15 @@ def base_rate(question: Question, history: ResolvedHistory) -> float:
     return (math.fsum(values) + c / 2) / (len(values) + c)
 
 
-def _base_rate(question: Question, history: ResolvedHistory) -> float | None:
-    return base_rate(question, history) if question.kind is QuestionKind.BINARY else None
+BASE_RATES: dict[QuestionKind, Callable[[Question, ResolvedHistory], Forecast]] = {
+    QuestionKind.BINARY: base_rate,
+}
+"""The kinds a base rate is defined for, and its formula; other kinds get no forecast."""
+
+
+def _base_rate(question: Question, history: ResolvedHistory) -> Forecast | None:
+    rate = BASE_RATES.get(question.kind)
+    return None if rate is None else rate(question, history)
 
 
 def _crowd(question: Question, _history: ResolvedHistory) -> Forecast | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -100,6 +101,37 @@ def option_label(index: int) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BinarySpec:
+    """A binary question's spec: it has no options, and its crowd forecast is the question's
+    `crowd_probability`, not an entry of its extra."""
+
+    @classmethod
+    def of(cls, options: tuple[str, ...], extra: dict[str, Any]) -> BinarySpec:
+        """The spec of a question with these options and extra; ValueError if it has options."""
+        if options:
+            raise ValueError(f"a binary question has no options, got {options}")
+        return cls()
+
+    def crowd(self, extra: dict[str, Any]) -> None:
+        return None
+
+
+def _crowd_values(
+    extra: dict[str, Any], key: str, size: int, admits: Callable[[list[Any]], bool], shape: str
+) -> tuple[float, ...] | None:
+    """extra[key] as `size` finite floats that `admits` accepts, None if absent; ValueError
+    naming the key and the expected `shape` otherwise."""
+    values = extra.get(key)
+    if values is None:
+        return None
+    ok = isinstance(values, list | tuple) and len(values) == size
+    ok = ok and all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+    if not (ok and admits(list(values))):
+        raise ValueError(f"extra[{key!r}] must be {size} {shape}, got {values!r}")
+    return tuple(float(v) for v in values)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ChoiceSpec:
     """A multiple-choice question's options; exactly one of them is the outcome."""
 
@@ -125,6 +157,24 @@ class ChoiceSpec:
 
     def to_extra(self) -> dict[str, Any]:
         return {"ordered_options": self.ordered}
+
+    @classmethod
+    def of(cls, options: tuple[str, ...], extra: dict[str, Any]) -> ChoiceSpec:
+        """The spec of a question with these options and extra["ordered_options"]."""
+        ordered = extra.get("ordered_options", False)
+        if not isinstance(ordered, bool):
+            raise ValueError(f'extra["ordered_options"] must be true or false, got {ordered!r}')
+        return cls(options=options, ordered=ordered)
+
+    def crowd(self, extra: dict[str, Any]) -> tuple[float, ...] | None:
+        """extra["crowd_probabilities"]: one probability per option, or None."""
+        return _crowd_values(
+            extra,
+            "crowd_probabilities",
+            len(self.options),
+            lambda values: all(0.0 <= v <= 1.0 for v in values),
+            "probabilities",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +248,32 @@ class NumericSpec:
         except TypeError as error:
             raise ValueError(f'extra["numeric"] is incomplete: {error}') from None
 
+    @classmethod
+    def of(cls, options: tuple[str, ...], extra: dict[str, Any]) -> NumericSpec:
+        """The spec stored in a question's extra (its options are not read)."""
+        return cls.from_extra(extra)
+
+    def crowd(self, extra: dict[str, Any]) -> tuple[float, ...] | None:
+        """extra["crowd_quantiles"]: non-decreasing values at QUANTILE_LEVELS, or None."""
+        return _crowd_values(
+            extra,
+            "crowd_quantiles",
+            len(QUANTILE_LEVELS),
+            lambda values: all(a <= b for a, b in itertools.pairwise(values)),
+            "non-decreasing quantiles",
+        )
+
+
+KindSpec = BinarySpec | ChoiceSpec | NumericSpec
+
+KIND_SPECS: dict[QuestionKind, type[BinarySpec] | type[ChoiceSpec] | type[NumericSpec]] = {
+    QuestionKind.BINARY: BinarySpec,
+    QuestionKind.CHOICE: ChoiceSpec,
+    QuestionKind.NUMERIC: NumericSpec,
+}
+"""Each kind's spec: what a question of the kind holds in its options and extra, validated
+when the Question is built, and where its crowd forecast is."""
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -253,56 +329,35 @@ class Question:
                 f"{self.crowd_probability} is outside [0, 1]"
             )
         try:
-            if self.kind is QuestionKind.BINARY and self.options:
-                raise ValueError(f"a binary question has no options, got {self.options}")
             self.crowd_forecast  # noqa: B018 - validates the kind's spec and crowd forecast
         except ValueError as error:
             raise ValueError(f"question {self.source}/{self.external_id}: {error}") from None
 
     @property
+    def spec(self) -> KindSpec:
+        """The kind's spec (KIND_SPECS) of the question's options and extra."""
+        return KIND_SPECS[self.kind].of(self.options, self.extra)
+
+    @property
     def choice_spec(self) -> ChoiceSpec:
         """The options of a choice question; ValueError for other kinds."""
-        if self.kind is not QuestionKind.CHOICE:
+        if KIND_SPECS[self.kind] is not ChoiceSpec:
             raise ValueError(f"a {self.kind} question has no choice spec")
-        ordered = self.extra.get("ordered_options", False)
-        if not isinstance(ordered, bool):
-            raise ValueError(f'extra["ordered_options"] must be true or false, got {ordered!r}')
-        return ChoiceSpec(options=self.options, ordered=ordered)
+        return ChoiceSpec.of(self.options, self.extra)
 
     @property
     def numeric_spec(self) -> NumericSpec:
         """The range of a numeric question; ValueError for other kinds."""
-        if self.kind is not QuestionKind.NUMERIC:
+        if KIND_SPECS[self.kind] is not NumericSpec:
             raise ValueError(f"a {self.kind} question has no numeric spec")
-        return NumericSpec.from_extra(self.extra)
+        return NumericSpec.of(self.options, self.extra)
 
     @property
     def crowd_forecast(self) -> tuple[float, ...] | None:
         """The crowd's forecast of a non-binary question (after validating the kind's spec):
         per-option probabilities (choice) or quantiles at QUANTILE_LEVELS (numeric); None when
         the source has none, and for binary questions (see crowd_probability)."""
-        if self.kind is QuestionKind.BINARY:
-            return None
-        choice = self.kind is QuestionKind.CHOICE
-        if choice:
-            size = len(self.choice_spec.options)
-        else:
-            self.numeric_spec  # noqa: B018 - validates the range
-            size = len(QUANTILE_LEVELS)
-        key = "crowd_probabilities" if choice else "crowd_quantiles"
-        values = self.extra.get(key)
-        if values is None:
-            return None
-        ok = isinstance(values, list | tuple) and len(values) == size
-        ok = ok and all(isinstance(v, int | float) and math.isfinite(v) for v in values)
-        if ok and choice:
-            ok = all(0.0 <= v <= 1.0 for v in values)
-        elif ok:
-            ok = all(a <= b for a, b in itertools.pairwise(values))
-        if not ok:
-            shape = f"{size} probabilities" if choice else f"{size} non-decreasing quantiles"
-            raise ValueError(f"extra[{key!r}] must be {shape}, got {values!r}")
-        return tuple(float(v) for v in values)
+        return self.spec.crowd(self.extra)
 
 
 @dataclass(frozen=True, kw_only=True)

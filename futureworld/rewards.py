@@ -1,8 +1,9 @@
 """Reward functions: (trajectory, question, outcome) → reward, one signature, one registry.
 
 Rewards are higher-is-better and built on the scoring rules of `futureworld.scoring`.
-Each function returns None when it does not apply to the question's kind; backfill calls
-every applicable function once per (trajectory, reward function, outcome revision).
+Each scores one question kind (REWARD_KINDS); its REWARD_FUNCTIONS entry returns None on
+questions of any other kind. Backfill calls every applicable function once per (trajectory,
+reward function, outcome revision).
 Annulled outcomes are never scored: the caller voids rewards instead, so scoring one raises.
 
 Choice answers are scored by RLCR on the answer's most probable option and its probability
@@ -89,12 +90,8 @@ def _parsed_p_yes(trajectory: Trajectory) -> float | None:
     return trajectory.p_yes
 
 
-def brier_reward(
-    trajectory: Trajectory, question: Question, outcome: Outcome
-) -> RewardValue | None:
+def brier_reward(trajectory: Trajectory, question: Question, outcome: Outcome) -> RewardValue:
     """Binary: R = −(p − y)²; unparseable answer R = −1.25. Range [−1, 0] for valid answers."""
-    if question.kind is not QuestionKind.BINARY:
-        return None
     y = _binary_outcome(question, outcome)
     p = _parsed_p_yes(trajectory)
     if p is None:
@@ -103,15 +100,11 @@ def brier_reward(
     return RewardValue(-squared_error, {"p_yes": p, "outcome": y, "brier": squared_error})
 
 
-def log_score_reward(
-    trajectory: Trajectory, question: Question, outcome: Outcome
-) -> RewardValue | None:
+def log_score_reward(trajectory: Trajectory, question: Question, outcome: Outcome) -> RewardValue:
     """Binary: R = y ln p̃ + (1 − y) ln(1 − p̃), p̃ = clip(p, 0.01, 0.99).
 
     Unparseable answer: ln 0.01 − 0.25.
     """
-    if question.kind is not QuestionKind.BINARY:
-        return None
     y = _binary_outcome(question, outcome)
     p = _parsed_p_yes(trajectory)
     if p is None:
@@ -143,14 +136,12 @@ def _numeric_outcome(question: Question, outcome: Outcome) -> float:
     return value
 
 
-def rlcr_reward(trajectory: Trajectory, question: Question, outcome: Outcome) -> RewardValue | None:
+def rlcr_reward(trajectory: Trajectory, question: Question, outcome: Outcome) -> RewardValue:
     """Choice: R = 1[choice = outcome] − (q − 1[choice = outcome])², where `choice` is the
     answer's most probable option and q = trajectory.p_yes its probability.
 
     A missing choice or confidence, or a choice outside the options, scores −1.25.
     """
-    if question.kind is not QuestionKind.CHOICE:
-        return None
     answer = _choice_outcome(question, outcome)
     q = _parsed_p_yes(trajectory)
     n_options = len(question.options)
@@ -165,14 +156,12 @@ def rlcr_reward(trajectory: Trajectory, question: Question, outcome: Outcome) ->
     )
 
 
-def crps_reward(trajectory: Trajectory, question: Question, outcome: Outcome) -> RewardValue | None:
+def crps_reward(trajectory: Trajectory, question: Question, outcome: Outcome) -> RewardValue:
     """Numeric: R = max(−CRPS/scale, −1), CRPS ≈ (2/K) Σ_k pinball_τk(y − q_k) at
     QUANTILE_LEVELS, computed on the unit axis of the question's NumericSpec.
 
     A missing, unsorted or out-of-range answer scores −1.25.
     """
-    if question.kind is not QuestionKind.NUMERIC:
-        return None
     spec = question.numeric_spec
     y = _numeric_outcome(question, outcome)
     quantiles = trajectory.quantiles
@@ -208,17 +197,18 @@ RewardFunction = Callable[[Trajectory, Question, Outcome], RewardValue | None]
 DEFAULT_REWARD = RewardFn.BRIER
 """The reward training optimises unless configured otherwise."""
 
-_KINDS: dict[RewardFn, QuestionKind] = {
+REWARD_KINDS: dict[RewardFn, QuestionKind] = {
     RewardFn.BRIER: QuestionKind.BINARY,
     RewardFn.LOG_SCORE: QuestionKind.BINARY,
     RewardFn.RLCR: QuestionKind.CHOICE,
     RewardFn.CRPS: QuestionKind.NUMERIC,
 }
+"""The question kind each reward function scores."""
 
 
 def rewards_for_kind(kind: QuestionKind) -> list[RewardFn]:
     """The reward functions that score questions of `kind`, in registry order."""
-    return [fn for fn in REWARD_FUNCTIONS if _KINDS[fn] is kind]
+    return [fn for fn in REWARD_FUNCTIONS if REWARD_KINDS[fn] is kind]
 
 
 def applicable_rewards(question: Question) -> list[RewardFn]:
@@ -226,9 +216,23 @@ def applicable_rewards(question: Question) -> list[RewardFn]:
     return rewards_for_kind(question.kind)
 
 
+def _of_its_kind(fn: RewardFn, score: RewardFunction) -> RewardFunction:
+    """`score` on questions of the kind it scores (REWARD_KINDS), None on every other kind."""
+    kind = REWARD_KINDS[fn]
+
+    def reward(trajectory: Trajectory, question: Question, outcome: Outcome) -> RewardValue | None:
+        return score(trajectory, question, outcome) if question.kind is kind else None
+
+    reward.__doc__ = score.__doc__
+    return reward
+
+
 REWARD_FUNCTIONS: dict[RewardFn, RewardFunction] = {
-    RewardFn.BRIER: brier_reward,
-    RewardFn.LOG_SCORE: log_score_reward,
-    RewardFn.RLCR: rlcr_reward,
-    RewardFn.CRPS: crps_reward,
+    fn: _of_its_kind(fn, score)
+    for fn, score in (
+        (RewardFn.BRIER, brier_reward),
+        (RewardFn.LOG_SCORE, log_score_reward),
+        (RewardFn.RLCR, rlcr_reward),
+        (RewardFn.CRPS, crps_reward),
+    )
 }

@@ -181,6 +181,8 @@ class KindPanel:
     """The calibration column's value from the (confidence, hit) columns."""
     score_name: str
     table_score_name: str
+    log_score_name: str
+    """The score's name in the demo's round log."""
     calibration_name: str
     claims_calibration: bool
     """The claim pairs the calibration as well as the score (else it is only reported)."""
@@ -196,6 +198,7 @@ KIND_PANELS: dict[QuestionKind, KindPanel] = {
         calibration=_top_label_ece,
         score_name="multiclass Brier",
         table_score_name="multiclass Brier",
+        log_score_name="Brier",
         calibration_name="top-label ECE",
         claims_calibration=True,
         reports_coverage_50=False,
@@ -207,6 +210,7 @@ KIND_PANELS: dict[QuestionKind, KindPanel] = {
         calibration=_coverage,
         score_name="CRPS",
         table_score_name="CRPS (unit axis)",
+        log_score_name="CRPS",
         calibration_name="90% coverage",
         claims_calibration=False,
         reports_coverage_50=True,

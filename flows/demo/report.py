@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flows.context import PipelineContext
-from flows.demo.kinds import KindPanelScore
+from flows.demo.kinds import KIND_PANELS, KindPanelScore
 from flows.demo.panel import PanelScore
 from flows.demo.research_panel import LiveResearch, ResearchRound
 from flows.stages.evaluating import forecast_records
-from futureworld.domain import PolicyVersion, QuestionKind
+from futureworld.domain import PolicyVersion
 from futureworld.plots import plot_metric_by_round, plot_reliability
 from futureworld.scoring import (
     PairedDifference,
@@ -321,7 +321,7 @@ class RoundLog:
             f"ECE {panel_ece:.4f}  parsed {score.parse_rate:.2f}"
         )
         for kind_score in kind_scores:
-            name = "Brier" if kind_score.kind is QuestionKind.CHOICE else "CRPS"
+            name = KIND_PANELS[kind_score.kind].log_score_name
             line += (
                 f"  {kind_score.kind} {name} {kind_score.mean_score:.4f} "
                 f"parsed {kind_score.parse_rate:.2f}"

@@ -49,6 +49,8 @@ from futureworld.sources.tabular import Row, csv_rows, jsonl_rows
 
 ROW_FIELDS = ("source", "question_id", "probability", "forecast_at")
 """The fields of a CSV or JSONL row, all required."""
+FORECAST_KINDS = frozenset({QuestionKind.BINARY})
+"""The question kinds a row's forecast (one probability) can be of."""
 FORECASTBENCH_KEYS = ("organization", "model", "question_set", "forecasts")
 """Top-level keys a ForecastBench file must have (required by their resolver and validator)."""
 FORECASTBENCH_ENTRY_KEYS = ("id", "source", "forecast", "resolution_date")
@@ -415,7 +417,7 @@ def match_forecasts(
         if question is None:
             errors.append(RowError(row.line, f"unknown question {row.source}/{row.external_id}"))
             continue
-        if question.kind is not QuestionKind.BINARY:
+        if question.kind not in FORECAST_KINDS:
             problem = f"{row.source}/{row.external_id} is a {question.kind} question, not binary"
             errors.append(RowError(row.line, problem))
             continue
