@@ -153,15 +153,18 @@ def checkpoint_sha256(path: Path) -> str:
 
 def save_checkpoint(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer_state: dict[str, Any],
     trainer_state: dict[str, Any],
     target: Path,
     *,
+    model_state: dict[str, torch.Tensor] | None = None,
     tokenizer_dir: Path | None = None,
     on_save: Callable[[Path], None] | None = None,
 ) -> str:
     """Writes weights (or adapter), tokenizer files, optimizer and trainer state; returns sha256.
 
+    `optimizer_state` is the optimiser's single-process `state_dict()`; `model_state` the
+    full weights when the model's own are sharded (FSDP2 gathers them), else None.
     `on_save(tmp_dir)` runs after everything is written and before the rename (a hook for
     copying extra files in, and for tests that crash there). On any error the temporary
     directory is removed and the target is left untouched.
@@ -172,12 +175,12 @@ def save_checkpoint(
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
     try:
         tmp.mkdir()
-        model.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=model_state)
         if tokenizer_dir is not None:
             for name in TOKENIZER_FILES:
                 if (Path(tokenizer_dir) / name).is_file():
                     shutil.copy2(Path(tokenizer_dir) / name, tmp / name)
-        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        torch.save(optimizer_state, tmp / OPTIMIZER_FILE)
         (tmp / TRAINER_STATE_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True))
         if on_save is not None:
             on_save(tmp)
@@ -198,11 +201,13 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fh.fileno())
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, checkpoint_dir: Path) -> None:
+def read_optimizer_state(checkpoint_dir: Path) -> dict[str, Any]:
+    """The optimiser's single-process `state_dict()` saved with a checkpoint, on the CPU."""
     path = Path(checkpoint_dir) / OPTIMIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{checkpoint_dir} has no {OPTIMIZER_FILE} to resume from")
-    optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    return state
 
 
 def load_trainer_state(checkpoint_dir: Path, *, lora: bool) -> dict[str, Any]:

@@ -100,6 +100,19 @@ class Precision(StrEnum):
     """fp32 master weights with bf16 autocast for the forward pass."""
 
 
+class Parallel(StrEnum):
+    """How N ranks share an update (see `futureworld.rl.parallel.STRATEGIES`); both take the
+    same step, and one process ignores the choice."""
+
+    DDP = "ddp"
+    """DistributedDataParallel: every rank holds the whole model and AdamW state; the
+    gradients are all-reduced after each step's last backward."""
+    FSDP2 = "fsdp2"
+    """torch's `fully_shard` on every transformer block, then on the root (Zhao et al. 2023,
+    "PyTorch FSDP"): each rank holds 1/N of every parameter, gradient and AdamW moment, and a
+    block's parameters are all-gathered for its forward and backward only."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     estimator: Estimator = DEFAULT_ESTIMATOR
@@ -195,6 +208,8 @@ class TrainConfig:
     """Positions per chunk when projecting to the vocabulary, bounding logits memory."""
     precision: Precision = Precision.AUTO
     """Numeric precision policy."""
+    parallel: Parallel = Parallel.DDP
+    """How the ranks of a distributed update (nproc > 1) share the model: ddp or fsdp2."""
     device: str | None = None
     """torch device; None picks cuda when available, else cpu."""
 
@@ -202,6 +217,7 @@ class TrainConfig:
         object.__setattr__(self, "estimator", Estimator(self.estimator))
         object.__setattr__(self, "reward_fn", RewardFn(self.reward_fn))
         object.__setattr__(self, "precision", Precision(self.precision))
+        object.__setattr__(self, "parallel", Parallel(self.parallel))
         object.__setattr__(self, "loss_aggregation", LossAggregation(self.loss_aggregation))
         object.__setattr__(self, "policy_loss", PolicyLoss(self.policy_loss))
         object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))

@@ -4,18 +4,18 @@
 AdamW step accumulates the gradients of the packed micro-batches of K whole groups. It never
 touches a database: the caller registers the returned checkpoint.
 
-The same loop runs in 1 or N processes (`nproc`, or inside a process group torchrun made).
-Scale-out is torch's DistributedDataParallel, launched by torchrun (futureworld.rl.
-launch): each rank trains on its share of every step's whole groups, DDP all-reduces the
-gradients, and the step's normaliser is the global loss-mask token count, so N ranks take the
-step one process would. DDP rather than FSDP2 because it is exact and simple for what this
-pipeline trains on one node (policies up to a few billion parameters, LoRA beyond): every
-rank keeps a full replica, the optimiser state stays in the checkpoint's single-process format
-(a version trained on N ranks resumes on 1 and back), and no collective runs in the forward,
-so π_prox and the KL reference are computed per rank. Full fine-tuning of a 7B policy needs
-sharded parameters and AdamW state (FSDP2 `fully_shard`); benchmarks/gpu_check.sh measures a
-1-GPU FSDP2 step, and wiring it in here is the next step. M2PO's step-wide mask is refused
-with N ranks (it would need every rank's tokens). Only rank 0 writes the checkpoint.
+The same loop runs in 1 or N processes (`nproc`, or inside a process group torchrun made),
+launched by torchrun (futureworld.rl.launch): each rank trains on its share of every step's
+whole groups, the ranks' gradients are averaged, and the step's normaliser is the global
+loss-mask token count, so N ranks take the step one process would. How the ranks share the
+model is `TrainConfig.parallel` (futureworld.rl.parallel): DDP (the default) keeps a full
+replica on every rank, exact and simple for what this pipeline trains on one node (policies
+up to a few billion parameters, LoRA beyond); FSDP2 (`fully_shard`) shards the parameters,
+gradients and AdamW state, which full fine-tuning of a 7B policy needs. Either way the
+checkpoint is in the single-process format (a version trained on N ranks resumes on 1 and
+back), and π_prox and the KL reference are computed per rank before the model is wrapped.
+M2PO's step-wide mask is refused with N ranks (it would need every rank's tokens). Only
+rank 0 writes the checkpoint.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from futureworld.domain import ScoredRollout, Trajectory
 from futureworld.rl.advantages import compute_advantages
 from futureworld.rl.batch import PackedRow, pack_trajectories
 from futureworld.rl.checkpoints import (
-    load_optimizer_state,
     load_policy,
     load_trainer_state,
+    read_optimizer_state,
     require_free_target,
     save_checkpoint,
 )
@@ -48,7 +48,8 @@ from futureworld.rl.step import frozen_logprobs, recompute_temperature, train_st
 log = logging.getLogger(__name__)
 
 StepCallback = Callable[[int, dict[str, float]], None]
-"""on_step(step, metrics): called after every optimiser step."""
+"""on_step(step, metrics): called after every optimiser step; metrics["steps_planned"] is
+the optimiser steps this call plans (its steps × ppo_epochs)."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,11 @@ def train_policy(
         dataclasses.replace(step, rows=tuple(next(rows_of_steps) for _ in step.rows))
         for step in steps
     ]
+    temperature = recompute_temperature(config)
+    # before the optimiser: FSDP2 replaces the parameters with their shards
+    forward = StepForward.for_update(
+        model, config.parallel, temperature, config.logprob_chunk_tokens, world
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         params, lr=config.learning_rate, betas=config.adam_betas, weight_decay=config.weight_decay
@@ -216,7 +222,7 @@ def train_policy(
     global_step = 0
     if resume is not None:
         # The moments and step counts carry over; this update's hyper-parameters stand.
-        load_optimizer_state(optimizer, resume)
+        forward.state.load_optimizer(model, optimizer, read_optimizer_state(resume))
         for group in optimizer.param_groups:
             group.update(
                 lr=config.learning_rate,
@@ -224,12 +230,6 @@ def train_policy(
                 weight_decay=config.weight_decay,
             )
         global_step = int(resumed["global_step"])
-    temperature = recompute_temperature(config)
-    forward = (
-        StepForward.data_parallel(model, temperature, config.logprob_chunk_tokens, world)
-        if world.distributed
-        else StepForward.local(model, temperature, config.logprob_chunk_tokens)
-    )
     staleness = [r.staleness for r in advantages.rollouts]
     history: list[dict[str, float]] = []
     stopped = False
@@ -255,6 +255,7 @@ def train_policy(
                 rollouts=float(len(step.rollouts)),
                 staleness_mean=sum(step_staleness) / len(step_staleness),
                 staleness_max=float(max(step_staleness)),
+                steps_planned=float(len(steps) * config.ppo_epochs),  # an early stop ends sooner
             )
             history.append(metrics)
             if on_step is not None and world.is_main:
@@ -272,9 +273,16 @@ def train_policy(
         reference=None if reference_dir is None else str(reference_dir),
     )
     sha256 = ""
-    if world.is_main:  # the replicas are identical; one writer
+    saved = forward.state.gather(model, optimizer)  # on every rank: FSDP2 gathers the shards
+    if world.is_main:  # one writer
         sha256 = save_checkpoint(
-            model, optimizer, state, output_dir, tokenizer_dir=model_dir, on_save=on_save
+            model,
+            saved.optimizer,
+            state,
+            output_dir,
+            model_state=saved.model,
+            tokenizer_dir=model_dir,
+            on_save=on_save,
         )
     world.barrier()
     return TrainResult(

@@ -59,6 +59,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "seed": ("7", "7"),
     "logprob_chunk_tokens": ("512", "512"),
     "precision": ("fp32", '"fp32"'),
+    "parallel": ("fsdp2", '"fsdp2"'),
 }
 
 
