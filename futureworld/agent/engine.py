@@ -1,34 +1,20 @@
 """The rollout engine: many questions' groups in flight at once over one generation stream.
 
-Jobs (a question and the sample indices it still lacks) are pulled lazily: when the backend's
-stream has room for more rows, and, while it is full, until as many requests wait encoded
-behind it as it has in flight (a wave of equal turns frees every slot at once, and each is
-refilled without waiting for a prompt to be built), so a caller that claims work per job never
-holds much more than is running. Every turn of every active rollout is one stream request
-with its own seed; the local backend batches all of them into each decode step and refills
-as rows end, the HTTP backend keeps `max_concurrency` requests in flight. Requests of groups
-started earlier go first (a multi-turn rollout's next turn before a new group's first), so
-groups finish in about the order they started. A group is handed to `on_group` the moment its
-last rollout ends, so a crash loses at most the groups in flight.
+Jobs are pulled lazily: while the backend's stream has room, and while it is full until as
+many requests wait encoded behind it as it has in flight, so a caller that claims work per
+job never holds much more than is running. Every turn of every active rollout is one stream
+request with its own seed; requests of groups started earlier go first, so groups finish in
+about the order they started, and a group goes to `on_group` the moment its last rollout ends.
+Tool calls run on `TOOL_WORKERS` threads; a finished call wakes the stream and its observation
+is appended on the engine's thread, in call order, so a rollout's state changes only there.
 
-Tool calls (a corpus query and the tokenizing of its observation) run on `TOOL_WORKERS`
-threads while the engine's thread goes on sending and taking back requests; a finished call
-wakes the stream (`GenerationStream.wake`) and its observation is appended on the engine's
-thread, in the order the calls were made, so a rollout's state is only ever changed there.
-
-Sampling is seeded per rollout (futureworld.agent.loop: seed per (agent seed, question,
-version, sample)), and each request samples from its own seed alone, so a rollout is the
-same whatever else runs beside it: the engine's rollouts equal a one-at-a-time loop's.
-
-Failures are per group and never stop the run: a prompt too long even after cutting, or a
-request the backend could not generate, fails its group (`on_failure`) and the others go on.
-When a whole decode step raises (it cannot say which row was at fault), the groups in flight
-are re-run one at a time, each alone, so only the group that fails alone is failed.
-
-Question kinds share the engine: each request stops at its question kind's stop strings, the
-final answer is parsed in the kind's format (`parse_final_answer`) into the trajectory's p_yes,
-choice, probabilities or quantiles, and beliefs (P(yes) side generations) are elicited on
-binary questions only. Groups of different kinds batch together in one stream.
+Sampling is seeded per rollout (futureworld.agent.loop), so the engine's rollouts equal a
+one-at-a-time loop's whatever else runs beside them. Failures are per group: a prompt too long
+even after cutting, or a request the backend could not generate, fails its group
+(`on_failure`); when a whole decode step raises, the groups in flight are re-run one at a time
+so only the group that fails alone is failed. Groups of every question kind batch together:
+each request stops at its kind's stop strings, the answer is parsed in its kind's format, and
+beliefs are elicited only for kinds whose format has a belief prefix (binary).
 """
 
 from __future__ import annotations
@@ -37,13 +23,24 @@ import heapq
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 
+from futureworld.agent.groups import (
+    EngineStats,
+    FailureKind,
+    GroupFailure,
+    GroupInFlight,
+    GroupJob,
+    OnFailure,
+    OnGroup,
+    group_trajectories,
+    raise_failure,
+    sampling_params,
+)
 from futureworld.agent.loop import (
     Observation,
     PromptTooLong,
@@ -58,23 +55,20 @@ from futureworld.agent.loop import (
 )
 from futureworld.agent.parsing import (
     Action,
-    ParsedAnswer,
     action_stop_strings,
-    parse_final_answer,
 )
 from futureworld.agent.prompts import BELIEF_PREFIX, observation_frame
 from futureworld.agent.tools import Corpus
 from futureworld.answers import ANSWER_FORMATS
 from futureworld.domain import (
     GenerationSettings,
-    ParseStatus,
     Question,
     QuestionKind,
     StopReason,
     Trajectory,
     utc_now,
 )
-from futureworld.policy.base import PolicyBackend, SamplingParams
+from futureworld.policy.base import PolicyBackend
 from futureworld.policy.streaming import GenerationError, GenerationStream, StreamRequest
 
 TOOL_WORKERS = 4
@@ -82,75 +76,11 @@ TOOL_WORKERS = 4
 engine's thread keeps the stream full."""
 
 
-class FailureKind(StrEnum):
-    PROMPT_TOO_LONG = "prompt_too_long"
-    """The prompt leaves no room for a turn even after the cut rule."""
-    GENERATION_ERROR = "generation_error"
-    """The backend could not generate one of the group's requests."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class GroupJob:
-    """The samples of one question's group still to generate."""
-
-    question: Question
-    samples: tuple[int, ...]
-    """Sample indices, e.g. (0, …, G − 1), or the missing ones of a partial group."""
-    seeds: tuple[int, ...]
-    """One rollout seed per sample index."""
-    as_of: datetime
-    """The forecast's instant; search sees the corpus as of min(as_of, question.close_at)."""
-
-    def __post_init__(self) -> None:
-        if self.question.id is None:
-            q = self.question
-            raise ValueError(f"question {q.source}/{q.external_id} has no id yet")
-        if not self.samples or len(self.samples) != len(self.seeds):
-            raise ValueError(
-                f"question {self.question.id}: {len(self.samples)} samples need as many "
-                f"seeds (got {len(self.seeds)}), at least one"
-            )
-
-
-@dataclass(frozen=True)
-class GroupFailure:
-    job: GroupJob
-    kind: FailureKind
-    detail: str
-
-
-@dataclass
-class EngineStats:
-    """What one `run` did."""
-
-    groups: int = 0
-    failed: int = 0
-    generated_tokens: int = 0
-    requests: int = 0
-    cut_prompts: list[tuple[GroupJob, str]] = field(default_factory=list)
-
-
-OnGroup = Callable[[GroupJob, list[Trajectory]], None]
-OnFailure = Callable[[GroupFailure], None]
-
-
-@dataclass
-class _Group:
-    job: GroupJob
-    order: int
-    prompt: list[int]
-    rollouts: list[Rollout]
-    search_as_of: datetime
-    started: float
-    remaining: int
-    failed: bool = False
-
-
 @dataclass(order=True)
 class _Request:
     order: int
     key: int
-    group: _Group = field(compare=False)
+    group: GroupInFlight = field(compare=False)
     rollout: Rollout = field(compare=False)
     stream_request: StreamRequest = field(compare=False)
     budget: int = field(compare=False, default=0)
@@ -194,7 +124,7 @@ class RolloutEngine:
         complete and each failed group to `on_failure` (default: raise its error)."""
         stats = EngineStats()
         with ThreadPoolExecutor(TOOL_WORKERS, thread_name_prefix="rollout-tool") as tools:
-            self._run(iter(jobs), on_group, on_failure or _raise, stats, tools, alone=False)
+            self._run(iter(jobs), on_group, on_failure or raise_failure, stats, tools, alone=False)
         return stats
 
     def _run(
@@ -211,7 +141,7 @@ class RolloutEngine:
         """The stream in use (a tool finishing wakes it); replaced after a failed step."""
         ready: list[_Request] = []
         in_flight: dict[int, _Request] = {}
-        active: dict[int, _Group] = {}
+        active: dict[int, GroupInFlight] = {}
         calls: deque[tuple[Future[Observation], _Request]] = deque()
         """Tool calls running, taken back in the order they were made (as inline calls
         were), so what a rollout's next turn sees never depends on which query ran faster."""
@@ -323,7 +253,9 @@ class RolloutEngine:
         finally:
             streams[0].close()
 
-    def _start(self, job: GroupJob, on_failure: OnFailure, stats: EngineStats) -> _Group | None:
+    def _start(
+        self, job: GroupJob, on_failure: OnFailure, stats: EngineStats
+    ) -> GroupInFlight | None:
         """Encode (and if need be cut) the job's prompt; a prompt that cannot fit fails."""
         question = job.question
         closed = question.close_at
@@ -335,7 +267,7 @@ class RolloutEngine:
             )
         except PromptTooLong as error:
             stats.failed += 1
-            group = _Group(job, self._orders, [], [], search_as_of, 0.0, 0)
+            group = GroupInFlight(job, self._orders, [], [], search_as_of, 0.0, 0)
             self._fail(group, FailureKind.PROMPT_TOO_LONG, error, on_failure)
             return None
         if fitted.cut is not None:
@@ -344,7 +276,7 @@ class RolloutEngine:
             Rollout(index=index, seed=seed)
             for index, seed in zip(job.samples, job.seeds, strict=True)
         ]
-        return _Group(
+        return GroupInFlight(
             job=job,
             order=self._orders,
             prompt=fitted.ids,
@@ -355,7 +287,7 @@ class RolloutEngine:
         )
 
     def _fail(
-        self, group: _Group, kind: FailureKind, error: BaseException, on_failure: OnFailure
+        self, group: GroupInFlight, kind: FailureKind, error: BaseException, on_failure: OnFailure
     ) -> None:
         group.failed = True
         on_failure(GroupFailure(group.job, kind, f"{type(error).__name__}: {error}"))
@@ -364,30 +296,22 @@ class RolloutEngine:
         self._keys += 1
         return self._keys
 
-    def _turn_request(self, group: _Group, rollout: Rollout) -> _Request:
+    def _turn_request(self, group: GroupInFlight, rollout: Rollout) -> _Request:
         settings = self._settings
         budget = settings.max_total_tokens - len(group.prompt) - len(rollout.completion)
-        params = SamplingParams(
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            max_new_tokens=min(settings.max_new_tokens, budget),
-            seed=turn_seed(rollout.seed, rollout.turn_no),
-            stop=self._stops[group.job.question.kind],
-        )
+        max_new = min(settings.max_new_tokens, budget)
+        seed = turn_seed(rollout.seed, rollout.turn_no)
+        params = sampling_params(settings, max_new, seed, self._stops[group.job.question.kind])
         key = self._next_key()
         prompt = (*group.prompt, *rollout.completion)
         stream_request = StreamRequest(key=key, prompt=prompt, params=params)
         return _Request(group.order, key, group, rollout, stream_request, budget=budget)
 
-    def _belief_request(self, group: _Group, rollout: Rollout) -> _Request:
+    def _belief_request(self, group: GroupInFlight, rollout: Rollout) -> _Request:
         settings = self._settings
-        params = SamplingParams(
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            max_new_tokens=settings.belief_max_new_tokens,
-            seed=belief_seed(rollout.seed, rollout.turn_no),
-            stop=("</probability>",),
-        )
+        closing = ANSWER_FORMATS[group.job.question.kind].closing_tag
+        seed = belief_seed(rollout.seed, rollout.turn_no)
+        params = sampling_params(settings, settings.belief_max_new_tokens, seed, (closing,))
         key = self._next_key()
         prompt = (*group.prompt, *rollout.completion, *self._belief_ids)
         stream_request = StreamRequest(key=key, prompt=prompt, params=params)
@@ -434,64 +358,15 @@ class RolloutEngine:
         follow_ups.append(self._turn_request(group, rollout))
         return follow_ups
 
-    def _trajectories(self, group: _Group) -> list[Trajectory]:
-        settings = self._settings
-        total_s = time.perf_counter() - group.started
-        question = group.job.question
-        assert question.id is not None
-        out = []
-        for r in group.rollouts:
-            answer = _final_answer(r, question)
-            recorded = SamplingParams(
-                temperature=settings.temperature,
-                top_p=settings.top_p,
-                max_new_tokens=settings.max_new_tokens,
-                seed=r.seed,
-                stop=self._stops[question.kind],
-            )
-            sampling = {
-                **recorded.to_dict(),
-                "agent": asdict(settings),
-                "backend": self._backend.describe(),
-            }
-            out.append(
-                Trajectory(
-                    question_id=question.id,
-                    agent_id=self._agent_id,
-                    policy_version=self._policy_version,
-                    sample_index=r.index,
-                    prompt_token_ids=tuple(group.prompt),
-                    completion_token_ids=tuple(r.completion),
-                    loss_mask=tuple(r.mask),
-                    behaviour_logprobs=tuple(r.logprobs),
-                    turns=tuple(r.turns),
-                    p_yes=answer.p_yes,
-                    choice=answer.choice,
-                    probabilities=answer.probabilities,
-                    quantiles=answer.quantiles,
-                    parse_status=answer.status,
-                    stop_reason=r.stop or StopReason.MAX_TURNS,
-                    sampling=sampling,
-                    timings={"generate_s": r.generate_s, "tool_s": r.tool_s, "total_s": total_s},
-                    as_of=group.job.as_of,
-                )
-            )
-        return out
-
-
-def _final_answer(rollout: Rollout, question: Question) -> ParsedAnswer:
-    """The last turn's answer in the question kind's format; a rollout that did not stop
-    by answering has none (MISSING), whatever its last text holds."""
-    answer = parse_final_answer(rollout.last_text, question)
-    if rollout.stop is not StopReason.ANSWERED and answer.status is ParseStatus.OK:
-        return ParsedAnswer(status=ParseStatus.MISSING)
-    return answer
-
-
-def _raise(failure: GroupFailure) -> None:
-    if failure.kind is FailureKind.PROMPT_TOO_LONG:
-        raise PromptTooLong(failure.detail)
-    raise GenerationError(f"question {failure.job.question.id}: {failure.detail}")
+    def _trajectories(self, group: GroupInFlight) -> list[Trajectory]:
+        return group_trajectories(
+            group,
+            settings=self._settings,
+            stop=self._stops[group.job.question.kind],
+            backend=self._backend,
+            agent_id=self._agent_id,
+            policy_version=self._policy_version,
+        )
 
 
 def run_group(
