@@ -22,14 +22,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from flows.context import PipelineContext
+
+# The gate's and the research demo's sections are re-exported: the demo's run reads them here.
+from flows.demo.gate_report import LineageRow as LineageRow
+from flows.demo.gate_report import lineage_report as lineage_report
+from flows.demo.gate_report import lineage_rows as lineage_rows
 from flows.demo.kinds import KIND_PANELS, KindPanelScore
 from flows.demo.panel import PanelScore
-from flows.demo.research_panel import LiveResearch, ResearchRound
+from flows.demo.research_panel import ResearchRound
+from flows.demo.research_report import ResearchSummary as ResearchSummary
+from flows.demo.research_report import research_header as research_header
+from flows.demo.research_report import research_report as research_report
+from flows.demo.research_report import research_summary as research_summary
 from flows.stages.evaluating import forecast_records
-from futureworld.domain import PolicyVersion
 from futureworld.plots import plot_metric_by_round, plot_reliability
 from futureworld.scoring import (
     PairedDifference,
@@ -42,9 +49,6 @@ from futureworld.scoring import (
 )
 from storage.engine import session_scope
 from storage.repositories.training import train_steps_by_version
-
-if TYPE_CHECKING:
-    from flows.demo.config import DemoConfig
 
 NAN = float("nan")
 
@@ -333,228 +337,6 @@ class RoundLog:
             )
         with self._path.open("a") as log:
             log.write(line + "\n")
-
-
-@dataclass(frozen=True)
-class ResearchRoundMetrics:
-    round: int
-    policy_version: int
-    search_rate: float
-    evidence_rate: float
-    first_turn_tool_rate: float
-    turns_per_rollout: float
-    tokens_per_rollout: float
-    parse_rate: float
-    brier: float
-    informed_brier: float
-    """The informed floor on the same (parsed) questions: the posterior given all evidence."""
-    uninformed_brier: float
-    """The uninformed floor: the prior mean."""
-    gap_closed: float
-    """(Brier of round 0 − this round's) / (Brier of round 0 − round 0's informed floor):
-    the share of the warm start's distance to the informed floor that RL has closed."""
-    live_rollouts: int = 0
-    """The round's own stored rollouts (the daily cycle's, on the live questions)."""
-    live_search_rate: float | None = None
-    live_evidence_rate: float | None = None
-
-
-@dataclass(frozen=True)
-class ResearchSummary:
-    rounds: list[ResearchRoundMetrics]
-    demonstration_first_turn_tool_rate: float
-    """Share of the warm start's demonstrations whose first turn is a search or an open."""
-    demonstration_search_rate: float
-
-
-def research_summary(
-    rounds: Sequence[ResearchRound],
-    demonstrations: tuple[float, float],
-    live: Sequence[LiveResearch] = (),
-) -> ResearchSummary:
-    """Each research round's rates and floors, the gap to the informed floor closed, and
-    what the round's own live rollouts researched."""
-    live_of = {r.round: r for r in live}
-    rows = []
-    start = rounds[0].score
-    start_brier = brier(start.p_yes, start.y) if start.p_yes else NAN
-    start_gap = start_brier - (brier(start.p_true, start.y) if start.p_yes else NAN)
-    for r in rounds:
-        s = r.score
-        round_brier = brier(s.p_yes, s.y) if s.p_yes else NAN
-        rows.append(
-            ResearchRoundMetrics(
-                round=s.round,
-                policy_version=s.policy_version,
-                search_rate=r.search_rate,
-                evidence_rate=r.evidence_rate,
-                first_turn_tool_rate=r.first_turn_tool_rate,
-                turns_per_rollout=r.turns_per_rollout,
-                tokens_per_rollout=r.tokens_per_rollout,
-                parse_rate=s.parse_rate,
-                brier=round_brier,
-                informed_brier=brier(s.p_true, s.y) if s.p_yes else NAN,
-                uninformed_brier=r.uninformed_brier,
-                gap_closed=(start_brier - round_brier) / start_gap if start_gap > 0 else NAN,
-                **_live_rates(live_of.get(s.round)),
-            )
-        )
-    return ResearchSummary(rows, *demonstrations)
-
-
-def _live_rates(live: LiveResearch | None) -> dict[str, object]:
-    if live is None or live.rollouts == 0:
-        return {}
-    return {
-        "live_rollouts": live.rollouts,
-        "live_search_rate": live.searched / live.rollouts,
-        "live_evidence_rate": live.found_evidence / live.rollouts,
-    }
-
-
-def research_header(config: DemoConfig) -> str:
-    """The research demo report's opening lines."""
-    c = config
-    return (
-        f"# FutureWorld research demo\n\nseed {c.seed}; {c.rounds} rounds on a research world "
-        f"(no question states its cue; its evidence articles do); {c.questions_per_day} "
-        f"questions/day, G = {c.samples}, up to {c.research_max_turns} turns "
-        f"(search, open, answer); estimator {c.estimator}. Each round's policy researches and "
-        f"forecasts the same held-out research panel of {c.research_panel_questions} "
-        "questions over its world's articles as of each question's cut-off; the floors are "
-        "the informed posterior (all evidence read) and the uninformed prior."
-    )
-
-
-def research_report(summary: ResearchSummary, out_dir: Path) -> tuple[str, dict[str, object]]:
-    """The research section of report.md, its metrics.json entry and its two plots."""
-    rows = summary.rounds
-    plot_metric_by_round(
-        {
-            "searched": [(m.round, m.search_rate) for m in rows],
-            "found evidence": [(m.round, m.evidence_rate) for m in rows],
-            "first turn a tool call": [(m.round, m.first_turn_tool_rate) for m in rows],
-            "parsed": [(m.round, m.parse_rate) for m in rows],
-        },
-        out_dir / "research_by_round.png",
-        metric="share of panel rollouts",
-        title="Research by round",
-    )
-    plot_metric_by_round(
-        {
-            "forecaster (panel)": [(m.round, m.brier) for m in rows],
-            "informed floor (same questions)": [(m.round, m.informed_brier) for m in rows],
-            "uninformed floor (same questions)": [(m.round, m.uninformed_brier) for m in rows],
-        },
-        out_dir / "research_brier_by_round.png",
-        metric="Brier",
-        title="Research panel Brier and the floors on the questions it answered",
-    )
-    lines = [
-        "## Research",
-        "",
-        "Rates are shares of the round's research-panel rollouts; the live columns are the "
-        "round's own daily-cycle rollouts (searching the demo's store of harvested articles), "
-        "evidence matched to the world's by guid.",
-        "",
-        f"Warm-start demonstrations: first turn a tool call "
-        f"{summary.demonstration_first_turn_tool_rate:.2f}, searched "
-        f"{summary.demonstration_search_rate:.2f}.",
-        "",
-        "| round | version | searched | found evidence | first turn tool | turns | tokens | "
-        "parsed | Brier | informed floor | uninformed floor | gap closed | live searched | "
-        "live found evidence (n) |",
-        "|---" * 14 + "|",
-    ]
-    for m in rows:
-        live = (
-            "— | —"
-            if m.live_search_rate is None
-            else f"{m.live_search_rate:.2f} | {m.live_evidence_rate:.2f} ({m.live_rollouts})"
-        )
-        lines.append(
-            f"| {m.round} | {m.policy_version} | {m.search_rate:.2f} | {m.evidence_rate:.2f} | "
-            f"{m.first_turn_tool_rate:.2f} | {m.turns_per_rollout:.2f} | "
-            f"{m.tokens_per_rollout:.1f} | {m.parse_rate:.2f} | {m.brier:.4f} | "
-            f"{m.informed_brier:.4f} | {m.uninformed_brier:.4f} | {m.gap_closed:+.2f} | "
-            f"{live} |"
-        )
-    lines += [
-        "",
-        "| research | Brier and floors | ECE |",
-        "|---|---|---|",
-        "| ![Research by round](research_by_round.png) | "
-        "![Research Brier](research_brier_by_round.png) | ![ECE by round](ece_by_round.png) |",
-    ]
-    data = {
-        "demonstrations": {
-            "first_turn_tool_rate": summary.demonstration_first_turn_tool_rate,
-            "search_rate": summary.demonstration_search_rate,
-        },
-        "rounds": [vars(m) for m in rows],
-    }
-    return "\n".join(lines), data
-
-
-@dataclass(frozen=True)
-class LineageRow:
-    version: int
-    parent_version: int | None
-    status: str
-    reason: str
-    validation_questions: int
-    validation_brier: float | None
-    served_in_rounds: tuple[int, ...]
-    """The rounds whose panel this version forecast (the served version of those rounds)."""
-
-
-def lineage_rows(
-    versions: Sequence[PolicyVersion], metrics: Sequence[RoundMetrics]
-) -> list[LineageRow]:
-    """Every registered version with its gate verdict and the rounds it served."""
-    served: dict[int, list[int]] = {}
-    for m in metrics:
-        served.setdefault(m.policy_version, []).append(m.round)
-    return [
-        LineageRow(
-            version=v.version,
-            parent_version=v.parent_version,
-            status=str(v.status),
-            reason=v.status_reason,
-            validation_questions=v.validation_questions,
-            validation_brier=v.validation_brier,
-            served_in_rounds=tuple(served.get(v.version, ())),
-        )
-        for v in versions
-    ]
-
-
-def lineage_report(
-    rows: Sequence[LineageRow], validation_fraction: float
-) -> tuple[str, list[dict[str, object]]]:
-    """The promotion gate's section of report.md (versions, verdicts, rounds served) and its
-    metrics.json entry."""
-    rejected = [r for r in rows if r.status == "rejected"]
-    lines = [
-        "## Versions and the promotion gate",
-        "",
-        f"The gate holds out {validation_fraction:.0%} of the live questions from every update "
-        "and judges each candidate on them against its parent (0% = no gate); the panel is "
-        f"separate. {len(rejected)} of {len(rows)} versions rejected.",
-        "",
-        "| version | parent | status | rounds served | validation n | validation Brier | verdict |",
-        "|---" * 7 + "|",
-    ]
-    for r in rows:
-        served = ", ".join(str(n) for n in r.served_in_rounds) or "—"
-        val = "—" if r.validation_brier is None else f"{r.validation_brier:.4f}"
-        parent = "—" if r.parent_version is None else str(r.parent_version)
-        reason = r.reason.replace("|", "/") or "—"
-        lines.append(
-            f"| {r.version} | {parent} | {r.status} | {served} | {r.validation_questions} | "
-            f"{val} | {reason} |"
-        )
-    return "\n".join(lines), [vars(r) for r in rows]
 
 
 def _json(data: object) -> str:
