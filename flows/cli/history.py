@@ -202,16 +202,17 @@ def backtest_command(
     for r in report.rounds:
         if r.brier is not None:
             console.print(
-                f"round {r.round} ({r.clock.date()}): n={r.n} ({r.against_reference} vs "
-                f"{report.reference}, {r.against_fallback} vs {report.fallback_reference}) "
-                f"Brier {r.brier:.4f} vs {r.reference_brier:.4f} "
-                f"(difference {r.difference:+.4f})"
+                f"round {r.round} ({r.clock.date()}): n={r.n} questions ({r.against_reference} "
+                f"vs {report.reference}, {r.against_fallback} vs {report.fallback_reference}), "
+                f"parse rate {r.parse_rate:.3f} of {r.rollouts} rollouts: Brier {r.brier:.4f} "
+                f"vs {r.reference_brier:.4f} (difference {r.difference:+.4f}); per-rollout "
+                f"Brier {r.sample_brier:.4f}"
             )
     c = report.coverage
     console.print(
-        f"scored {c.against_reference + c.against_fallback} of {c.resolved} resolved questions; "
-        f"left out: {c.not_forecast} never forecast, {c.not_binary} not binary, "
-        f"{c.no_reference} without a reference forecast, {c.no_answer} without an answer"
+        f"scored {c.against_reference + c.against_fallback} of {c.resolved} resolved questions "
+        f"(an unparsed rollout counts as 0.5); left out: {c.not_forecast} never forecast, "
+        f"{c.not_binary} not binary, {c.no_reference} without a reference forecast"
     )
     console.print(f"report: {folder}")
 

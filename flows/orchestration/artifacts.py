@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
@@ -21,7 +21,10 @@ from futureworld.evaluation import (
     reliability_groups,
     score_table_markdown,
 )
-from futureworld.plots import plot_reliability
+from futureworld.plots import agg_figure, plot_reliability, save_png, say_empty
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SCORES_KEY = "evaluate-scores"
 SCORE_TABLE_KEY = "evaluate-score-table"
@@ -164,12 +167,16 @@ def publish_training(
 
 
 def plot_training_curves(steps: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """One panel per metric in TRAINING_METRICS against the optimiser step."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    """Write `training_curves_figure` as a PNG."""
+    return save_png(training_curves_figure(steps), path)
 
-    fig = Figure(figsize=(10, 3.2))
-    FigureCanvasAgg(fig)
+
+def training_curves_figure(steps: Sequence[Mapping[str, Any]]) -> Figure:
+    """One panel per metric in TRAINING_METRICS against the optimiser step; a panel without a
+    recorded value says so in its frame."""
+    from matplotlib.ticker import MaxNLocator
+
+    fig = agg_figure(figsize=(12, 3.6))
     axes = fig.subplots(1, len(TRAINING_METRICS))
     for ax, metric in zip(axes, TRAINING_METRICS, strict=True):
         points = [
@@ -177,13 +184,15 @@ def plot_training_curves(steps: Sequence[Mapping[str, Any]], path: Path) -> Path
             for i, s in enumerate(steps)
             if s.get(metric) is not None
         ]
+        ax.set_title(metric)
+        if not points:
+            say_empty(ax, f"no {metric} recorded:\n{len(steps)} optimiser step(s)")
+            continue
         ax.plot([x for x, _ in points], [v for _, v in points], marker="o")
-        ax.set(xlabel="step", title=metric)
+        ax.set(xlabel="optimiser step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=100)
-    return path
+    return fig
 
 
 def _image_markdown(title: str, path: Path) -> str:
@@ -319,16 +328,20 @@ def publish_dashboard(
 def plot_dashboard(
     rows: Sequence[Mapping[str, Any]], references: Mapping[str, float], path: Path
 ) -> Path:
+    """Write `dashboard_figure` as a PNG."""
+    return save_png(dashboard_figure(rows, references), path)
+
+
+def dashboard_figure(rows: Sequence[Mapping[str, Any]], references: Mapping[str, float]) -> Figure:
     """One panel per DASHBOARD_PLOTS entry against the version, rejected versions marked in
     red, the references as dashed lines on the Brier panel; a panel with nothing recorded yet
     says so in its frame."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
-    fig = Figure(figsize=(14, 7.5))
-    FigureCanvasAgg(fig)
+    fig = agg_figure(figsize=(14, 7.5))
     axes = fig.subplots(2, 3).ravel()
     for ax, (title, keys) in zip(axes, DASHBOARD_PLOTS, strict=True):
+        ax.set_title(title)
         drawn = False
         for key in keys:
             points = [(r["version"], r[key], r["status"]) for r in rows if r.get(key) is not None]
@@ -340,21 +353,19 @@ def plot_dashboard(
             bad = [(x, y) for x, y, status in points if status == "rejected"]
             if bad:
                 ax.scatter(*zip(*bad, strict=True), color="red", zorder=3, s=60)
+        if not drawn:
+            # a reference line alone is no curve: say what is missing, then draw the lines
+            what = "\n".join(_LABELS[key] for key in keys)
+            say_empty(ax, f"not recorded yet for\nany of {len(rows)} version(s):\n{what}")
         if title == REFERENCE_PANEL:
             for (name, value), style in zip(references.items(), ("--", ":", "-."), strict=False):
                 ax.axhline(value, linestyle=style, color="grey", label=name)
-                drawn = True
-        if drawn:
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best", fontsize=8)
-        else:
-            ax.text(0.5, 0.5, "nothing recorded yet", ha="center", va="center",
-                    transform=ax.transAxes, color="grey")  # fmt: skip
-        ax.set(xlabel="version", title=title)
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.grid(alpha=0.3)
+        if drawn:
+            ax.set(xlabel="version")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.grid(alpha=0.3)
     if any(r["status"] == "rejected" for r in rows):
         fig.suptitle("red: versions the promotion gate rejected (never served)", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=100)
-    return path
+    return fig

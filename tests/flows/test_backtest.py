@@ -2,8 +2,9 @@
 simulated days of a made-up history, training every day; no forecast is of a question whose
 outcome the clock has revealed, no reward exists before its outcome's resolution time, no
 update trains on an outcome resolved after its clock, and a re-resolution later than the
-clock is not seen. Questions without a crowd probability are paired with the base rate, and
-the report counts what was paired with which and what was left out."""
+clock is not seen. Rounds are scored per question (the mean of its G rollouts, an unparsed one
+counted as 0.5), questions without a crowd probability are paired with the base rate, and the
+report counts what was paired with which and what was left out."""
 
 from __future__ import annotations
 
@@ -11,23 +12,35 @@ import json
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+from matplotlib.dates import date2num
 from sqlalchemy import Engine, select
 
+from flows.stages.backtest_report import brier_by_day_figure
 from flows.stages.backtesting import (
     BacktestOptions,
     BacktestRound,
     Coverage,
     LeftOut,
-    pair_forecasts,
+    left_out_of,
+    question_reasons,
     run_backtest,
 )
 from flows.stages.training import TrainOptions
-from futureworld.domain import Agent, Outcome, OutcomeStatus, Question, QuestionKind
+from futureworld.domain import (
+    Agent,
+    Outcome,
+    OutcomeStatus,
+    ParseStatus,
+    Question,
+    QuestionKind,
+    Trajectory,
+)
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.config import TrainConfig
 from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
+from storage.repositories.rollouts import insert_rollouts
 from storage.tables import OutcomeRow, ReplayConsumptionRow, RewardRow, RolloutRow, TrainingRunRow
 from tests.flows.conftest import GENERATION, make_context
 
@@ -321,14 +334,86 @@ def test_questions_without_a_crowd_are_scored_against_the_base_rate_and_counted(
 
 
 def test_without_a_fallback_questions_without_a_reference_are_counted_not_scored() -> None:
-    outcomes = {1: 1.0, 2: 0.0, 3: 1.0, 4: 0.0}
-    rows = [(1, 0.6), (1, None), (2, 0.3), (3, None), (5, 0.5), (4, 0.2)]
-    after, left_out, why = pair_forecasts(rows, outcomes, binary={1, 2, 3}, paired={1: 0.5, 3: 0.5})
-    assert after == [(1, 0.6, 1.0)]
-    assert left_out == LeftOut(
-        unresolved=1, not_binary=1, no_reference=1, no_answer=1, unparsed_rollouts=2
-    )
-    assert why == {1: "scored", 2: "no_reference", 3: "no_answer", 5: "unresolved", 4: "not_binary"}
+    outcomes = {1, 2, 3, 4}
+    why = question_reasons({1, 2, 3, 4, 5}, outcomes, binary={1, 2, 3}, paired={1, 3})
+    # 3 is scored though none of its rollouts may have parsed: that is imputation, not absence.
+    assert why == {1: "scored", 2: "no_reference", 3: "scored", 5: "unresolved", 4: "not_binary"}
+    assert left_out_of(why) == LeftOut(unresolved=1, not_binary=1, no_reference=1)
+
+
+def test_a_round_scores_questions_with_an_unparsed_rollout_counted_as_a_half(
+    engine: Engine, tmp_path: Path
+) -> None:
+    history(engine)
+    ctx = make_context(engine, tmp_path)
+    model = init_tiny_model(tmp_path / "tiny-model", seed=3)
+    # G = 4 rollouts of each question posed on day 0, as a run of that day wrote them (a re-run
+    # finds them complete and scores them); None: the answer did not parse.
+    answers = {
+        "h0": [0.2, 0.4, None, 0.2],  # y = 0: p = (0.2 + 0.4 + 0.5 + 0.2) / 4 = 0.325
+        "h3": [0.9, None, None, 0.7],  # y = 1: p = (0.9 + 0.5 + 0.5 + 0.7) / 4 = 0.65
+        "h6": [0.1, 0.1, 0.1, 0.1],  # y = 0: p = 0.1
+        "h9": [None, None, None, None],  # y = 1: p = 0.5, scored, not dropped
+    }
+    with session_scope(engine) as session:
+        tiny = ensure_agent(
+            session,
+            Agent(name="tiny", base_model=str(model), backend="local", generation=GENERATION),
+        )
+        ids = {q.external_id: q.id for q in list_questions(session, source="history")}
+        insert_rollouts(
+            session,
+            [
+                Trajectory(
+                    question_id=ids[name],
+                    agent_id=tiny.id,
+                    policy_version=0,
+                    sample_index=i,
+                    p_yes=p,
+                    parse_status=ParseStatus.OK if p is not None else ParseStatus.MISSING,
+                    as_of=DAY0,
+                )
+                for name, ps in answers.items()
+                for i, p in enumerate(ps)
+            ],
+        )
+    # Day 6 forecasts nothing (every question has resolved by then) and reveals every outcome.
+    options = BacktestOptions(
+        agent="tiny", start=date(2025, 3, 1), end=date(2025, 3, 7), step_days=6, samples=4,
+        train_every=0,
+    )  # fmt: skip
+    report = run_backtest(ctx, options, out_dir=tmp_path / "report")
+
+    first = report.rounds[0]
+    assert first.forecasts == 0  # nothing new to generate: the groups are complete
+    # n counts questions (4), not rollouts (16) nor parsed rollouts (9).
+    assert (first.n, first.rollouts, first.against_reference) == (4, 16, 4)
+    assert first.parse_rate == 9 / 16
+    # Brier = (0.325² + 0.35² + 0.1² + 0.5²) / 4 = (0.105625 + 0.1225 + 0.01 + 0.25) / 4
+    assert abs(first.brier - 0.12203125) < 1e-12
+    # Per rollout, imputed included: (0.49 + 0.60 + 0.04 + 1.00) / 16 = 0.133125.
+    assert abs(first.sample_brier - 0.133125) < 1e-12
+    # The crowd on the same questions: (0.3² + 0.55² + 0.6² + 0.25²) / 4 = 0.20375.
+    assert abs(first.reference_brier - 0.20375) < 1e-12
+    assert abs(first.difference - (0.12203125 - 0.20375)) < 1e-12
+    lo, hi = first.difference_ci
+    assert lo <= first.difference <= hi
+    assert report.rounds[1].n == 0 and report.rounds[1].brier is None
+    text = (tmp_path / "report" / "report.md").read_text()
+    row = "| 0 | 2025-03-01 | 0 | 0 | — | 4 | 4 | 0 | 0.562 of 16 | 0.1220 | 0.1331 | 0.2038 |"
+    assert row in text
+    assert "an unparsed rollout counting as 0.5" in text
+
+    figure = brier_by_day_figure(options, report.rounds)
+    [ax] = figure.axes
+    [bars] = ax.containers  # the scored day's error bar: its paired interval
+    assert bars.has_yerr
+    [((x0, low), (x1, high))] = bars.lines[2][0].get_segments()
+    assert x0 == x1 == date2num(DAY0)  # at the simulated day, on a date axis
+    assert abs(low - (0.20375 + lo)) < 1e-12 and abs(high - (0.20375 + hi)) < 1e-12
+    figure.canvas.draw()  # the x axis is the simulated day: a tick on each, dated
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2025-03-01", "2025-03-07"]
+    assert any("reference: crowd" in t.get_text() for t in ax.get_legend().get_texts())
 
 
 def test_the_backtest_command_states_its_fallback_and_what_it_left_out(
@@ -349,8 +434,9 @@ def test_the_backtest_command_states_its_fallback_and_what_it_left_out(
     )
     assert result.exit_code == 0, result.output
     # Without a fallback the three resolved dataset binaries have no reference forecast.
-    assert "scored 12 of 17 resolved questions; left out: 1 never forecast, 1 not binary, 3 " in (
-        " ".join(result.output.split())
+    assert (
+        "scored 12 of 17 resolved questions (an unparsed rollout counts as 0.5); left out: 1 "
+        "never forecast, 1 not binary, 3 without a reference" in " ".join(result.output.split())
     )
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["fallback_reference"] is None and metrics["coverage"]["no_reference"] == 3
