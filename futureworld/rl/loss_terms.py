@@ -1,9 +1,9 @@
 """What every policy loss takes and returns, and the terms the decoupled surrogates share.
 
 Owns `LossInputs`, `LossOutput`, the keep mask (rejection, M2PO), the truncated behaviour
-weight, the k3 penalty to the reference, the entropy bonus, the rollouts of a packed row and
-the off-policy statistics. The surrogates themselves live in `losses` (PPO-clip, SFT) and
-`policy_losses`.
+weight, the k3 penalty to the reference and the entropy bonus (`add_regularizers`), the
+rollouts of a packed row and the off-policy statistics. The surrogates themselves live in
+`losses` (PPO-clip, SFT) and `policy_losses`.
 """
 
 from __future__ import annotations
@@ -132,6 +132,28 @@ def entropy_bonus(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> Tens
             "forward inside futureworld.rl.forward.entropy_gradient(True)"
         )
     return inputs.entropy
+
+
+def add_regularizers(
+    per_token: Tensor,
+    logp: Tensor,
+    inputs: LossInputs,
+    config: TrainConfig,
+    *,
+    scale: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """ℓ_t [+ kl_coef · s_t · k3_t] [− entropy_coef · s_t · H_t], (B, T), and k3 (None when
+    off): the penalty to the reference and the entropy bonus every surrogate adds, each term
+    left out when its coefficient is 0; s_t = `scale` (GSPO's 1/|y_i|), else 1."""
+    k3 = reference_k3(logp, inputs, config)
+    if k3 is not None:
+        kl_coef = config.kl_coef if scale is None else config.kl_coef * scale
+        per_token = per_token + kl_coef * k3
+    entropy = entropy_bonus(logp, inputs, config)
+    if entropy is not None:
+        entropy_coef = config.entropy_coef if scale is None else config.entropy_coef * scale
+        per_token = per_token - entropy_coef * entropy
+    return per_token, k3
 
 
 def normalizer(inputs: LossInputs) -> float:

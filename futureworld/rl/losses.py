@@ -20,6 +20,7 @@ from futureworld.rl.config import LossAggregation, Objective, PolicyLoss, TrainC
 from futureworld.rl.loss_terms import (
     LossInputs,
     LossOutput,
+    add_regularizers,
     behaviour_weight,
     entropy_bonus,
     kept_tokens,
@@ -27,7 +28,6 @@ from futureworld.rl.loss_terms import (
     off_policy_mask,
     off_policy_sums,
     policy_output,
-    reference_k3,
 )
 from futureworld.rl.policy_losses import cispo_loss, gspo_loss, kl_cov_loss
 
@@ -53,12 +53,7 @@ def decoupled_ppo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) ->
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - config.clip_low, 1 + config.clip_high) * adv
     per_token = -weight * torch.minimum(unclipped, clipped)
-    k3 = reference_k3(logp, inputs, config)
-    if k3 is not None:
-        per_token = per_token + config.kl_coef * k3
-    entropy = entropy_bonus(logp, inputs, config)
-    if entropy is not None:
-        per_token = per_token - config.entropy_coef * entropy
+    per_token, k3 = add_regularizers(per_token, logp, inputs, config)
     r = ratio.detach()
     return policy_output(
         per_token,

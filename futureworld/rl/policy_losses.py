@@ -15,11 +15,10 @@ from futureworld.rl.config import TrainConfig
 from futureworld.rl.loss_terms import (
     LossInputs,
     LossOutput,
+    add_regularizers,
     behaviour_weight,
-    entropy_bonus,
     kept_tokens,
     policy_output,
-    reference_k3,
     rollout_segments,
 )
 
@@ -42,12 +41,7 @@ def cispo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOut
     low, high = 1 - config.cispo_clip_low, 1 + config.cispo_clip_high
     is_weight = ratio.clamp(low, high)  # detached: sg(r̂)
     per_token = -weight * is_weight * inputs.advantages * logp
-    k3 = reference_k3(logp, inputs, config)
-    if k3 is not None:
-        per_token = per_token + config.kl_coef * k3
-    entropy = entropy_bonus(logp, inputs, config)
-    if entropy is not None:
-        per_token = per_token - config.entropy_coef * entropy
+    per_token, k3 = add_regularizers(per_token, logp, inputs, config)
     return policy_output(
         per_token, keep, inputs, k3=k3, clipped_low=ratio < low, clipped_high=ratio > high
     )
@@ -97,12 +91,7 @@ def gspo_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOutp
     adv = inputs.advantages
     low, high = 1 - config.gspo_clip_low, 1 + config.gspo_clip_high
     per_token = -seq_weight * scale * torch.minimum(ratio * adv, ratio.clamp(low, high) * adv)
-    k3 = reference_k3(logp, inputs, config)
-    if k3 is not None:
-        per_token = per_token + config.kl_coef * scale * k3
-    entropy = entropy_bonus(logp, inputs, config)
-    if entropy is not None:
-        per_token = per_token - config.entropy_coef * scale * entropy
+    per_token, k3 = add_regularizers(per_token, logp, inputs, config, scale=scale)
     s = ratio.detach()
     return policy_output(
         per_token,
@@ -148,12 +137,7 @@ def kl_cov_loss(logp: Tensor, inputs: LossInputs, config: TrainConfig) -> LossOu
     selected = selected.view_as(keep)
     penalty = torch.where(selected, config.kl_cov_coef * log_ratio.abs(), 0.0)
     per_token = weight * (-torch.exp(log_ratio) * adv + penalty)
-    k3 = reference_k3(logp, inputs, config)
-    if k3 is not None:
-        per_token = per_token + config.kl_coef * k3
-    entropy = entropy_bonus(logp, inputs, config)
-    if entropy is not None:
-        per_token = per_token - config.entropy_coef * entropy
+    per_token, k3 = add_regularizers(per_token, logp, inputs, config)
     unclipped = torch.zeros_like(keep)
     return policy_output(
         per_token, keep, inputs, k3=k3, clipped_low=unclipped, clipped_high=unclipped
