@@ -29,7 +29,7 @@ from flows.context import PipelineContext
 from flows.demo.gate_report import LineageRow as LineageRow
 from flows.demo.gate_report import lineage_report as lineage_report
 from flows.demo.gate_report import lineage_rows as lineage_rows
-from flows.demo.kinds import KIND_PANELS, KindPanelScore
+from flows.demo.kind_scores import KIND_PANELS, KindPanelScore
 from flows.demo.panel import PanelScore
 from flows.demo.research_panel import ResearchRound
 from flows.demo.research_report import ResearchSummary as ResearchSummary

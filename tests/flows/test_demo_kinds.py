@@ -11,7 +11,8 @@ import random
 import pytest
 
 from flows.demo.config import DemoConfig
-from flows.demo.kinds import build_kind_panel, kind_claim, score_kind_panel
+from flows.demo.kind_report import kind_claim
+from flows.demo.kinds import build_kind_panel, score_kind_panel
 from flows.stages.training import TrainOptions, _merged_replay_batch
 from futureworld import scoring
 from futureworld.domain import (
