@@ -113,15 +113,30 @@ def score_panel(
     ]
     groups: dict[int, list[Trajectory]] = {}
     engine.run(jobs, lambda job, group: groups.__setitem__(job.question.id, group))
+    return panel_score(
+        [(groups[item.question.id], item.outcome, item.p_true) for item in panel],
+        round_no=round_no,
+        policy_version=policy_version,
+    )
+
+
+def panel_score(
+    forecasts: Sequence[tuple[Sequence[Trajectory], float, float]],
+    *,
+    round_no: int,
+    policy_version: int,
+) -> PanelScore:
+    """The PanelScore of (rollouts, outcome, true P(yes)) per panel question, in panel order:
+    one row per parsed forecast; the others count as unparsed."""
     p, y, truth, index, unparsed = [], [], [], [], 0
-    for n, item in enumerate(panel):
-        for trajectory in groups[item.question.id]:
+    for n, (group, outcome, p_true) in enumerate(forecasts):
+        for trajectory in group:
             if trajectory.parse_status is not ParseStatus.OK or trajectory.p_yes is None:
                 unparsed += 1
                 continue
             p.append(trajectory.p_yes)
-            y.append(item.outcome)
-            truth.append(item.p_true)
+            y.append(outcome)
+            truth.append(p_true)
             index.append(n)
     return PanelScore(
         round=round_no,

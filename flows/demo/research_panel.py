@@ -18,13 +18,13 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from flows.demo.panel import PanelScore, as_harvested
+from flows.demo.panel import PanelScore, as_harvested, panel_score
 from flows.demo.researcher import world_corpus
 from futureworld.agent.engine import GroupJob, RolloutEngine
 from futureworld.agent.loop import rollout_seed
 from futureworld.agent.parsing import ActionKind
 from futureworld.agent.tools import InMemoryCorpus
-from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajectory
+from futureworld.domain import GenerationSettings, Question, Trajectory
 from futureworld.policy.base import PolicyBackend
 from futureworld.scoring import brier
 from futureworld.world import ArticleKind, World, WorldConfig
@@ -189,9 +189,16 @@ def score_research_panel(
     groups = forecast_research_panel(
         backend, settings, panel, policy_version=policy_version, samples=samples, seed=seed
     )
-    p, y, informed, index, prior = [], [], [], [], []
-    unparsed = searched = found = first_tool = turns = tokens = rollouts = 0
-    for n, (item, group) in enumerate(zip(panel.questions, groups, strict=True)):
+    score = panel_score(
+        [
+            (group, item.outcome, item.p_informed)
+            for item, group in zip(panel.questions, groups, strict=True)
+        ],
+        round_no=round_no,
+        policy_version=policy_version,
+    )
+    searched = found = first_tool = turns = tokens = rollouts = 0
+    for item, group in zip(panel.questions, groups, strict=True):
         for trajectory in group:
             rollouts += 1
             mine = [t for t in trajectory.turns if t.role == "assistant"]
@@ -200,24 +207,8 @@ def score_research_panel(
             searched += any(t.tool_name == ActionKind.SEARCH for t in mine)
             first_tool += bool(mine) and mine[0].tool_name in TOOLS
             found += bool(seen_article_ids(trajectory) & item.evidence_ids)
-            if trajectory.parse_status is not ParseStatus.OK or trajectory.p_yes is None:
-                unparsed += 1
-                continue
-            p.append(trajectory.p_yes)
-            y.append(item.outcome)
-            informed.append(item.p_informed)
-            prior.append(item.p_uninformed)
-            index.append(n)
-    score = PanelScore(
-        round=round_no,
-        policy_version=policy_version,
-        p_yes=tuple(p),
-        y=tuple(y),
-        p_true=tuple(informed),
-        question=tuple(index),
-        unparsed=unparsed,
-    )
-    uninformed = brier(prior, y) if y else float("nan")
+    prior = [panel.questions[n].p_uninformed for n in score.question]
+    uninformed = brier(prior, score.y) if score.y else float("nan")
     return ResearchRound(
         score=score,
         rollouts=rollouts,
