@@ -22,10 +22,8 @@ from flows.demo.kind_report import kind_claim as kind_claim
 from flows.demo.kind_report import kind_report as kind_report
 from flows.demo.kind_scores import KIND_PANELS
 from flows.demo.kind_scores import KindPanelScore as KindPanelScore
-from flows.demo.panel import CYCLE_HOUR, PANEL_DAY
+from flows.demo.panel import CYCLE_HOUR, PANEL_DAY, forecast_panel
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
-from futureworld.agent.engine import GroupJob, RolloutEngine
-from futureworld.agent.loop import rollout_seed
 from futureworld.agent.tools import InMemoryCorpus
 from futureworld.answers import ANSWER_FORMATS
 from futureworld.domain import (
@@ -101,24 +99,20 @@ def score_kind_panel(
 ) -> KindPanelScore:
     """A policy forecasts a kind's panel (in memory, one sample a question, empty corpus)
     through the rollout engine, as flows.demo.panel.score_panel does for binary questions."""
-    engine = RolloutEngine(
-        backend, InMemoryCorpus([]), settings, agent_id=0, policy_version=policy_version
+    groups = forecast_panel(
+        backend,
+        InMemoryCorpus([]),
+        settings,
+        [item.question for item in panel],
+        policy_version=policy_version,
+        samples=1,
+        seed=seed,
+        first_index=KIND_PANEL_SEED_OFFSET,
     )
-    jobs = [
-        GroupJob(
-            question=item.question,
-            samples=(0,),
-            seeds=(rollout_seed(seed, KIND_PANEL_SEED_OFFSET + n, 0, 0),),
-            as_of=item.question.info_cutoff_at,
-        )
-        for n, item in enumerate(panel)
-    ]
-    groups: dict[int, list[Trajectory]] = {}
-    engine.run(jobs, lambda job, group: groups.__setitem__(job.question.id, group))
     answers, rules = ANSWER_FORMATS[kind], KIND_PANELS[kind]
     index, score, confidence, hit, unparsed = [], [], [], [], 0
-    for n, item in enumerate(panel):
-        for t in groups[item.question.id]:
+    for n, (item, group) in enumerate(zip(panel, groups, strict=True)):
+        for t in group:
             if t.parse_status is not ParseStatus.OK:
                 unparsed += 1
                 continue

@@ -18,7 +18,7 @@ from datetime import timedelta
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
 from futureworld.agent.engine import GroupJob, RolloutEngine
 from futureworld.agent.loop import rollout_seed
-from futureworld.agent.tools import InMemoryCorpus
+from futureworld.agent.tools import Corpus, InMemoryCorpus
 from futureworld.answers import ANSWER_FORMATS
 from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajectory
 from futureworld.policy.base import PolicyBackend
@@ -99,25 +99,49 @@ def score_panel(
     """A policy forecasts the panel (in memory: never stored, never trained) with the agent's
     own settings through the rollout engine, all panel questions in flight at once; the
     corpus is empty (the panel measures what the policy knows, not what it can look up)."""
-    engine = RolloutEngine(
-        backend, InMemoryCorpus([]), settings, agent_id=0, policy_version=policy_version
+    groups = forecast_panel(
+        backend,
+        InMemoryCorpus([]),
+        settings,
+        [item.question for item in panel],
+        policy_version=policy_version,
+        samples=samples,
+        seed=seed,
     )
-    jobs = [
-        GroupJob(
-            question=item.question,
-            samples=tuple(range(samples)),
-            seeds=tuple(rollout_seed(seed, n, 0, s) for s in range(samples)),
-            as_of=item.question.info_cutoff_at,
-        )
-        for n, item in enumerate(panel)
-    ]
-    groups: dict[int, list[Trajectory]] = {}
-    engine.run(jobs, lambda job, group: groups.__setitem__(job.question.id, group))
     return panel_score(
-        [(groups[item.question.id], item.outcome, item.p_true) for item in panel],
+        [(group, item.outcome, item.p_true) for item, group in zip(panel, groups, strict=True)],
         round_no=round_no,
         policy_version=policy_version,
     )
+
+
+def forecast_panel(
+    backend: PolicyBackend,
+    corpus: Corpus,
+    settings: GenerationSettings,
+    questions: Sequence[Question],
+    *,
+    policy_version: int,
+    samples: int,
+    seed: int,
+    first_index: int = 0,
+) -> list[list[Trajectory]]:
+    """Every panel question's `samples` rollouts, all in flight at once through the engine, in
+    panel order; question n's sample s has the seed rollout_seed(seed, first_index + n, 0, s),
+    the same every round (common random numbers)."""
+    engine = RolloutEngine(backend, corpus, settings, agent_id=0, policy_version=policy_version)
+    jobs = [
+        GroupJob(
+            question=question,
+            samples=tuple(range(samples)),
+            seeds=tuple(rollout_seed(seed, first_index + n, 0, s) for s in range(samples)),
+            as_of=question.info_cutoff_at,
+        )
+        for n, question in enumerate(questions)
+    ]
+    groups: dict[int | None, list[Trajectory]] = {}
+    engine.run(jobs, lambda job, group: groups.__setitem__(job.question.id, group))
+    return [groups[question.id] for question in questions]
 
 
 def panel_score(

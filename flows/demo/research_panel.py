@@ -18,10 +18,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from flows.demo.panel import PanelScore, as_harvested, panel_score
+from flows.demo.panel import PanelScore, as_harvested, forecast_panel, panel_score
 from flows.demo.researcher import world_corpus
-from futureworld.agent.engine import GroupJob, RolloutEngine
-from futureworld.agent.loop import rollout_seed
 from futureworld.agent.parsing import ActionKind
 from futureworld.agent.tools import InMemoryCorpus
 from futureworld.domain import GenerationSettings, Question, Trajectory
@@ -153,21 +151,15 @@ def forecast_research_panel(
     seed: int,
 ) -> list[list[Trajectory]]:
     """Every panel question's `samples` rollouts, all in flight at once through the engine."""
-    engine = RolloutEngine(
-        backend, panel.corpus, settings, agent_id=0, policy_version=policy_version
+    return forecast_panel(
+        backend,
+        panel.corpus,
+        settings,
+        [item.question for item in panel.questions],
+        policy_version=policy_version,
+        samples=samples,
+        seed=seed,
     )
-    jobs = [
-        GroupJob(
-            question=item.question,
-            samples=tuple(range(samples)),
-            seeds=tuple(rollout_seed(seed, n, 0, s) for s in range(samples)),
-            as_of=item.question.info_cutoff_at,
-        )
-        for n, item in enumerate(panel.questions)
-    ]
-    groups: dict[int, list[Trajectory]] = {}
-    engine.run(jobs, lambda job, group: groups.__setitem__(job.question.id, group))
-    return [groups[item.question.id] for item in panel.questions]
 
 
 def seen_article_ids(trajectory: Trajectory) -> set[int]:
