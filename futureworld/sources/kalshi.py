@@ -44,6 +44,7 @@ from futureworld.domain import (
     Question,
     QuestionKind,
 )
+from futureworld.sources import paging
 from futureworld.sources.base import (
     Page,
     SkipItem,
@@ -55,12 +56,6 @@ from futureworld.sources.base import (
     malformed_item,
     required_id,
     required_text,
-)
-from futureworld.sources.paging import (
-    Listing,
-    paged_harvest_open,
-    payload_resolution,
-    per_id_fetch_resolutions,
 )
 
 SOURCE = "kalshi"
@@ -143,7 +138,7 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     )
 
 
-def _fetch_page(listing: Listing, cursor: str | None) -> Page:
+def _fetch_page(listing: paging.Listing, cursor: str | None) -> Page:
     params: dict[str, Any] = {
         "limit": max(1, min(listing.page_size, MAX_PAGE_SIZE)),
         "status": "open",
@@ -157,7 +152,7 @@ def _fetch_page(listing: Listing, cursor: str | None) -> Page:
     return Page(items=markets, next_cursor=str(next_cursor) if next_cursor else None)
 
 
-def _to_question(listing: Listing, market: Any) -> Question:
+def _to_question(listing: paging.Listing, market: Any) -> Question:
     reason = _skip_reason(market, listing.now)
     if reason:
         raise SkipItem(reason)
@@ -166,7 +161,7 @@ def _to_question(listing: Listing, market: Any) -> Question:
     return question
 
 
-harvest_open = paged_harvest_open(
+harvest_open = paging.paged_harvest_open(
     SOURCE,
     DEFAULT_BASE_URL,
     path=f"{API_PREFIX}/markets",
@@ -216,7 +211,7 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
         outcome, value = OutcomeStatus.ANNULLED, None
     else:
         raise ValueError(f"status {status} with result {market.get('result')!r}")
-    return payload_resolution(
+    return paging.payload_resolution(
         SOURCE,
         market,
         market["ticker"],
@@ -280,7 +275,7 @@ def _settlement_dollars(market: dict[str, Any]) -> float:
     )
 
 
-fetch_resolutions = per_id_fetch_resolutions(
+fetch_resolutions = paging.per_id_fetch_resolutions(
     SOURCE,
     DEFAULT_BASE_URL,
     path=API_PREFIX + "/markets/{id}",

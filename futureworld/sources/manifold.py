@@ -44,6 +44,7 @@ from futureworld.domain import (
     Question,
     QuestionKind,
 )
+from futureworld.sources import paging
 from futureworld.sources.base import (
     Page,
     PageError,
@@ -57,12 +58,6 @@ from futureworld.sources.base import (
     required_text,
 )
 from futureworld.sources.http import SourceError, join_url
-from futureworld.sources.paging import (
-    Listing,
-    paged_harvest_open,
-    payload_resolution,
-    per_id_fetch_resolutions,
-)
 
 SOURCE = "manifold"
 DEFAULT_BASE_URL = "https://api.manifold.markets"
@@ -171,7 +166,7 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     )
 
 
-def _fetch_page(listing: Listing, before: str | None) -> Page:
+def _fetch_page(listing: paging.Listing, before: str | None) -> Page:
     size = max(1, min(listing.page_size, MAX_PAGE_SIZE))
     params: dict[str, Any] = {"limit": size}
     if before is not None:
@@ -189,7 +184,7 @@ def _fetch_page(listing: Listing, before: str | None) -> Page:
     return Page(items=page, next_cursor=str(last_id))
 
 
-def _to_question(listing: Listing, market: Any) -> Question:
+def _to_question(listing: paging.Listing, market: Any) -> Question:
     reason = _skip_reason(market, listing.now)
     if reason:
         raise SkipItem(reason)
@@ -207,7 +202,7 @@ def _to_question(listing: Listing, market: Any) -> Question:
     return question
 
 
-def _full_market(listing: Listing, market_id: str, label: str) -> dict[str, Any]:
+def _full_market(listing: paging.Listing, market_id: str, label: str) -> dict[str, Any]:
     full_url = join_url(listing.base_url, f"/v0/market/{market_id}")
     try:
         full = listing.client.get_json(SOURCE, full_url, headers=_headers(listing.token))
@@ -218,7 +213,7 @@ def _full_market(listing: Listing, market_id: str, label: str) -> dict[str, Any]
     return full
 
 
-harvest_open = paged_harvest_open(
+harvest_open = paging.paged_harvest_open(
     SOURCE,
     DEFAULT_BASE_URL,
     path="/v0/markets",
@@ -287,7 +282,7 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
     outcome_type = market.get("outcomeType", "BINARY")
     if outcome_type in ("MULTIPLE_CHOICE", "PSEUDO_NUMERIC"):
         decide = _choice_outcome if outcome_type == "MULTIPLE_CHOICE" else _numeric_outcome
-        return payload_resolution(
+        return paging.payload_resolution(
             SOURCE,
             market,
             market_id,
@@ -308,12 +303,12 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
         status = OutcomeStatus.ANNULLED
     else:
         raise ValueError(f"unknown resolution {market.get('resolution')!r}")
-    return payload_resolution(
+    return paging.payload_resolution(
         SOURCE, market, market_id, (status, value), resolved_at=resolved_at, now=now
     )
 
 
-fetch_resolutions = per_id_fetch_resolutions(
+fetch_resolutions = paging.per_id_fetch_resolutions(
     SOURCE,
     DEFAULT_BASE_URL,
     path="/v0/market/{id}",

@@ -42,6 +42,7 @@ from futureworld.domain import (
     Question,
     QuestionKind,
 )
+from futureworld.sources import paging
 from futureworld.sources.base import (
     Page,
     SkipItem,
@@ -55,12 +56,6 @@ from futureworld.sources.base import (
     required_text,
 )
 from futureworld.sources.http import join_url
-from futureworld.sources.paging import (
-    Listing,
-    paged_harvest_open,
-    payload_resolution,
-    per_id_fetch_resolutions,
-)
 
 SOURCE = "metaculus"
 DEFAULT_BASE_URL = "https://www.metaculus.com"
@@ -246,7 +241,7 @@ def post_to_question(post: dict[str, Any], base_url: str, *, now: datetime) -> Q
     )
 
 
-def _fetch_page(listing: Listing, offset: int | None) -> Page:
+def _fetch_page(listing: paging.Listing, offset: int | None) -> Page:
     offset = offset or 0
     params = {
         "limit": listing.page_size,
@@ -262,7 +257,7 @@ def _fetch_page(listing: Listing, offset: int | None) -> Page:
     return Page(items=results, next_cursor=offset + len(results) if more else None)
 
 
-def _to_question(listing: Listing, post: Any) -> Question:
+def _to_question(listing: paging.Listing, post: Any) -> Question:
     reason = _skip_reason(post, listing.now)
     if reason:
         raise SkipItem(reason)
@@ -275,7 +270,7 @@ def _to_question(listing: Listing, post: Any) -> Question:
     return question
 
 
-harvest_open = paged_harvest_open(
+harvest_open = paging.paged_harvest_open(
     SOURCE,
     DEFAULT_BASE_URL,
     path="/api/posts/",
@@ -331,7 +326,7 @@ def post_to_resolution(post: dict[str, Any], *, now: datetime) -> SourceResoluti
         status, value = OutcomeStatus.RESOLVED, 1.0 if resolution == "yes" else 0.0
     else:
         raise ValueError(f"unknown binary resolution {question.get('resolution')!r}")
-    return payload_resolution(
+    return paging.payload_resolution(
         SOURCE,
         post,
         post["id"],
@@ -341,7 +336,7 @@ def post_to_resolution(post: dict[str, Any], *, now: datetime) -> SourceResoluti
     )
 
 
-fetch_resolutions = per_id_fetch_resolutions(
+fetch_resolutions = paging.per_id_fetch_resolutions(
     SOURCE,
     DEFAULT_BASE_URL,
     path="/api/posts/{id}/",

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from futureworld.domain import OutcomeStatus, Question, QuestionKind
+from futureworld.sources import paging
 from futureworld.sources.base import (
     MALFORMED_ERRORS,
     Page,
@@ -24,12 +25,6 @@ from futureworld.sources.base import (
     listed_items,
     required_id,
     required_text,
-)
-from futureworld.sources.paging import (
-    Listing,
-    paged_harvest_open,
-    payload_resolution,
-    per_id_fetch_resolutions,
 )
 
 SOURCE = "polymarket"
@@ -86,7 +81,7 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     )
 
 
-def _fetch_page(listing: Listing, cursor: str | None) -> Page:
+def _fetch_page(listing: paging.Listing, cursor: str | None) -> Page:
     params: dict[str, Any] = {
         "limit": max(1, min(listing.page_size, MAX_PAGE_SIZE)),
         "closed": "false",
@@ -101,7 +96,7 @@ def _fetch_page(listing: Listing, cursor: str | None) -> Page:
     return Page(items=markets, next_cursor=str(next_cursor) if next_cursor else None)
 
 
-def _to_question(listing: Listing, market: Any) -> Question:
+def _to_question(listing: paging.Listing, market: Any) -> Question:
     now = listing.now
     if not isinstance(market, dict) or "id" not in market:
         raise SkipItem("malformed", f"{SOURCE}: market without an id: {str(market)[:120]}")
@@ -119,7 +114,7 @@ def _to_question(listing: Listing, market: Any) -> Question:
     return question
 
 
-harvest_open = paged_harvest_open(
+harvest_open = paging.paged_harvest_open(
     SOURCE,
     DEFAULT_BASE_URL,
     path="/markets/keyset",
@@ -153,12 +148,12 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
         or from_iso(market.get("umaEndDate"))
         or from_iso(market.get("updatedAt"))
     )
-    return payload_resolution(
+    return paging.payload_resolution(
         SOURCE, market, market["id"], (status, value), resolved_at=resolved_at, now=now
     )
 
 
-fetch_resolutions = per_id_fetch_resolutions(
+fetch_resolutions = paging.per_id_fetch_resolutions(
     SOURCE,
     DEFAULT_BASE_URL,
     path="/markets/{id}",
