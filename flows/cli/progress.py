@@ -3,12 +3,13 @@
 In a terminal: a rich bar with done/total, the percentage, elapsed time and an ETA (from the
 rate so far), and whatever fields the caller keeps up to date. Not in a terminal (a log, CI, a
 pipe): one line whenever the step changes, and a heartbeat line at least every `heartbeat_s`
-(30 s by default) from a background thread, so a long step with no updates (a warm start's
-thousand optimiser steps) still shows it is alive and how far it is.
+(FW_HEARTBEAT_S, else 30 s) from a background thread, so a long step with no updates (a warm
+start's thousand optimiser steps) still shows it is alive and how far it is.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +28,21 @@ from rich.progress import (
 )
 
 HEARTBEAT_S = 30.0
-"""The longest silence of a non-terminal progress report."""
+"""The longest silence of a non-terminal progress report, unless FW_HEARTBEAT_S says."""
+
+
+def heartbeat_interval_s() -> float:
+    """FW_HEARTBEAT_S (seconds, > 0) if set, else `HEARTBEAT_S`."""
+    value = os.environ.get("FW_HEARTBEAT_S")
+    if value is None:
+        return HEARTBEAT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"FW_HEARTBEAT_S must be a positive number of seconds, got {value!r}")
+    return seconds
 
 
 class Reporter:
@@ -119,9 +134,11 @@ def progress_report(
     description: str,
     total: float | None = None,
     *,
-    heartbeat_s: float = HEARTBEAT_S,
+    heartbeat_s: float | None = None,
 ) -> Iterator[Reporter]:
-    """A progress report of long work on `console` (see the module docstring)."""
+    """A progress report of long work on `console` (see the module docstring); `heartbeat_s`
+    None: `heartbeat_interval_s()`."""
+    interval_s = heartbeat_interval_s() if heartbeat_s is None else heartbeat_s
     if console.is_terminal:
         columns = (
             TextColumn("[bold]{task.description}"),
@@ -141,7 +158,7 @@ def progress_report(
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(heartbeat_s):
+        while not stop.wait(interval_s):
             reporter.say()
 
     thread = threading.Thread(target=beat, name="progress-heartbeat", daemon=True)
