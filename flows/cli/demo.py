@@ -1,6 +1,7 @@
 """`futureworld demo`: the whole loop on the simulated world (flows.demo), with its progress
 (flows.cli.progress: a bar with an ETA on a terminal; otherwise a line per step and a heartbeat
-at least every 30 s) and the per-round table."""
+at least every 30 s, FW_HEARTBEAT_S) and the per-round table; `--resume` continues a killed
+demo (flows.demo.resume)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from flows.cli.common import console
+from flows.cli.common import UserError, console
 from flows.cli.progress import progress_report
 from flows.tracking import ReportTo
 
@@ -23,6 +24,20 @@ def demo_command(
     panel: Annotated[int, typer.Option(help="Held-out panel questions scored each round.")] = 2000,
     seed: Annotated[int, typer.Option(help="World and model seed.")] = 0,
     out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("reports/demo"),
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue the demo killed or failed in --out after its warm start (same "
+            "options): finished rounds are kept, the results equal an uninterrupted run's.",
+        ),
+    ] = False,
+    sft_days: Annotated[
+        int, typer.Option(min=1, help="Days of reference forecasts the warm start learns.")
+    ] = 5,
+    sft_epochs: Annotated[
+        int, typer.Option(min=1, help="Epochs of the warm start (research off).")
+    ] = 20,
     kinds: Annotated[
         str,
         typer.Option(
@@ -86,6 +101,7 @@ def demo_command(
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
     from flows.demo.config import DemoConfig
+    from flows.demo.resume import ResumeRefused
     from flows.demo.run import run_demo
     from flows.stages.train_options import TrainConfigError
     from futureworld.domain import QuestionKind
@@ -94,6 +110,9 @@ def demo_command(
         kind_list = tuple(QuestionKind(k.strip()) for k in kinds.split(",") if k.strip())
         config = DemoConfig(
             out_dir=out,
+            resume=resume,
+            sft_days=sft_days,
+            sft_epochs=sft_epochs,
             rounds=rounds,
             questions_per_day=questions_per_day,
             samples=samples,
@@ -120,7 +139,10 @@ def demo_command(
         def on_progress(step: str, done: int, total: int) -> None:
             progress.update(description=step, completed=done, total=total)
 
-        result = run_demo(config, on_progress)
+        try:
+            result = run_demo(config, on_progress)
+        except ResumeRefused as error:
+            raise UserError(str(error)) from None
     table = Table(
         "round",
         "version",

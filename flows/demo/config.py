@@ -42,6 +42,11 @@ class DemoConfig:
 
     out_dir: Path = Path("reports/demo")
     """Report folder; the demo's database, model and checkpoints go to `out_dir/state`."""
+    resume: bool = False
+    """Continue the demo that `out_dir/state` holds (killed or failed after its warm start)
+    instead of starting afresh: the warm start and the finished rounds are kept, and the
+    results equal an uninterrupted run's (flows.demo.resume). Refused unless the state was
+    made with the same configuration (all but `out_dir`, `report_to`)."""
     rounds: int = 30
     """Simulated days of the daily cycle."""
     questions_per_day: int = 40

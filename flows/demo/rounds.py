@@ -1,6 +1,6 @@
 """One round's scoring of the demo's held-out panels, apart from the cycle that trained it.
 
-`round_policy` names the round's newest policy version (its checkpoint, fixed once written,
+`round_policy` names the round's served policy version (its checkpoint, fixed once written,
 read before the next cycle registers a newer one); `score_round` loads it and forecasts the
 binary panel and each kind's panel (`score_research_round`: the research panel, multi-turn
 over its world's articles). Scoring reads no database, so the demo runs it in a
@@ -25,6 +25,8 @@ from flows.demo.panel import PanelQuestion, PanelScore, score_panel
 from flows.demo.research_panel import ResearchPanel, ResearchRound, score_research_panel
 from futureworld.domain import GenerationSettings, QuestionKind
 from futureworld.policy.loading import BackendSpec, load_backend
+from storage.engine import session_scope
+from storage.repositories.agents import get_policy_version
 
 if TYPE_CHECKING:
     from flows.demo.config import DemoConfig
@@ -40,11 +42,16 @@ RoundScores = tuple[PanelScore, dict[QuestionKind, KindPanelScore]]
 """The binary panel's score and each extra kind's."""
 
 
-def round_policy(ctx: PipelineContext, agent: str) -> RoundPolicy:
-    """The agent's newest policy version, with its sampling settings."""
+def round_policy(ctx: PipelineContext, agent: str, version: int | None = None) -> RoundPolicy:
+    """The agent's served policy version (or its version `version`, a past round's), with its
+    sampling settings."""
     learner = ctx.agent(agent)
-    version = ctx.current_version(learner)
-    return ctx.backend_spec(learner, version), learner.generation, version.version
+    if version is None:
+        policy = ctx.current_version(learner)
+    else:
+        with session_scope(ctx.engine) as session:
+            policy = get_policy_version(session, learner.id or 0, version)
+    return ctx.backend_spec(learner, policy), learner.generation, policy.version
 
 
 def panel_scorer() -> ProcessPoolExecutor:

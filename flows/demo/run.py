@@ -14,7 +14,8 @@ to version; a group's rollouts share a training row of up to 2048 tokens, so its
 forwarded once (futureworld.rl.forward). The panel is large (2000 questions, one
 sample each) because the claim is judged on realised outcomes: calibration is worth a few
 hundredths of Brier, and only a big panel, compared pairwise, tells that from luck.
-Everything lives under `--out`; a rerun starts afresh. `out/demo.log` gets one line per
+Everything lives under `--out`; a rerun starts afresh, and `--resume` continues a demo killed
+after its warm start from where it stopped (flows.demo.resume). `out/demo.log` gets one line per
 round (elapsed time, policy version, the panel's Brier and ECE), written as the round ends,
 so progress is visible in a log whether or not anyone watches a terminal.
 
@@ -53,28 +54,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flows.context import build_context, open_engine
-from flows.demo import researcher
-from flows.demo.config import CROWD, LEARNER, WARM_START_VERSION, DemoConfig
+from flows.demo.config import LEARNER, WARM_START_VERSION, DemoConfig
 from flows.demo.kinds import (
     KindClaim,
     KindPanelScore,
     build_kind_panel,
-    kind_answer_text,
     kind_claim,
     kind_report,
-    kind_warm_start_examples,
-    kind_warm_start_trajectories,
 )
 from flows.demo.panel import (
     CYCLE_HOUR,
     PANEL_QUESTIONS_PER_DAY,
     PanelScore,
     build_panel,
-    warm_start_questions,
-    warm_start_trajectories,
 )
 from flows.demo.report import (
     LearningClaim,
@@ -98,24 +93,23 @@ from flows.demo.research_panel import (
     demonstration_research,
     live_research,
 )
+from flows.demo.resume import DATABASE, DemoState, load_state
 from flows.demo.rounds import (
     ROUND_PROCESSES,
+    RoundPolicy,
     RoundScores,
     panel_scorer,
     round_policy,
     score_research_round,
     score_round,
 )
+from flows.demo.warm_start import warm_start
 from flows.settings import Settings
 from flows.stages.promotion import version_lineage
 from flows.tracking import Tracker, log_version_scores, open_tracker
-from futureworld.domain import Agent, BackendKind, QuestionKind
+from futureworld.domain import QuestionKind
 from futureworld.torch_threads import torch_thread_count
 from storage.engine import session_scope
-from storage.repositories.agents import ensure_agent
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
@@ -143,19 +137,20 @@ Progress = Callable[[str, int, int], None]
 
 def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult:
     from flows.orchestration.pipeline import daily_cycle_flow, resolve_and_backfill_flow
-    from flows.stages.training import supervised_finetune
-    from futureworld.agent.demonstrations import answer_text
-    from futureworld.agent.prompts import SYSTEM_PROMPT, SYSTEM_PROMPTS
-    from futureworld.policy.tiny import init_tiny_model
     from futureworld.world import SimClock, World, serve_world
 
     report = progress or (lambda _step, _done, _total: None)
     total = config.rounds + 3
     out_dir = config.out_dir.resolve()
     state = out_dir / "state"
-    if state.exists():
-        shutil.rmtree(state)
-    state.mkdir(parents=True)
+    # A resume is refused before anything in the state changes (flows.demo.resume).
+    saved = load_state(state, config) if config.resume else None
+    if saved is None:
+        if state.exists():
+            shutil.rmtree(state)
+        state.mkdir(parents=True)
+    else:
+        saved.restore_database()
     world = World(
         config.world_config(
             seed=config.seed,
@@ -170,90 +165,35 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             cancel_rate=0.0,
         )
     )
-    clock = SimClock(world.day_start(0) + timedelta(hours=CYCLE_HOUR))
-
-    report("tiny model and SFT warm start", 0, total)
-    warm_world = World(
-        config.world_config(
-            seed=config.seed + 10_000, questions_per_day=config.sft_questions_per_day
-        )
-    )
-    research_questions = []
-    if config.research:
-        examples = []
-        research_questions = researcher.warm_start_questions(warm_world, config.sft_days)
-        texts = researcher.tokenizer_texts(
-            warm_world,
-            research_questions,
-            config.generation,
-            config.researcher,
-            seed=config.seed,
-        )
-    else:
-        examples = warm_start_questions(
-            warm_world,
-            config.sft_days,
-            sharpening=config.sft_sharpening,
-            noise_logit=config.sft_noise_logit,
-        )
-        # The tokenizer also learns the prompt and the answer strings themselves.
-        texts = [SYSTEM_PROMPT, *(f"{q.title} {q.background}" for q, _ in examples)]
-    texts += [answer_text(k / 100) for k in range(101)]
-    kind_examples = []
-    if config.extra_kinds:
-        kind_examples = kind_warm_start_examples(
-            warm_world,
-            config.sft_days,
-            sharpening=config.sft_sharpening,
-            noise_logit=config.sft_noise_logit,
-        )
-        texts += [SYSTEM_PROMPTS[k] for k in config.extra_kinds]
-        texts += [f"{e.question.title} {e.question.background}" for e in kind_examples]
-        texts += [kind_answer_text(e) for e in kind_examples]
-    model_dir = init_tiny_model(
-        state / "base-model",
-        seed=config.seed,
-        hidden_size=config.hidden_size,
-        num_layers=config.layers,
-        extra_texts=texts,
-    )
-    settings = Settings(data_dir=state, db_url=f"sqlite:///{state / 'futureworld.db'}")
+    start_at = world.day_start(0) + timedelta(hours=CYCLE_HOUR)
+    clock = SimClock(start_at)
+    settings = Settings(data_dir=state, db_url=f"sqlite:///{state / DATABASE}")
     if config.report_to is not None:
         settings = settings.model_copy(update={"report_to": config.report_to})
-    engine = open_engine(settings)
-    ctx = build_context(settings, engine, as_of=clock.now())
-    with session_scope(engine) as session:
-        learner = ensure_agent(
-            session,
-            Agent(
-                name=LEARNER,
-                base_model=str(model_dir),
-                backend=BackendKind.LOCAL,
-                generation=config.generation,
-            ),
+
+    if saved is None:
+        report("tiny model and SFT warm start", 0, total)
+        demonstrations = warm_start(config, settings, as_of=clock.now())
+        saved = DemoState.start(
+            state,
+            config,
+            warm_start_version=WARM_START_VERSION,
+            demonstration_research=demonstration_research(demonstrations)
+            if config.research
+            else None,
         )
-        ensure_agent(session, Agent(name=CROWD, base_model=CROWD, backend=BackendKind.BASELINE))
-    tokenizer = ctx.tokenizer(learner, ctx.current_version(learner))
-    demonstrations = warm_start_trajectories(tokenizer, examples)
-    if config.research:
-        demonstrations = researcher.research_demonstrations(
-            tokenizer,
-            warm_world,
-            research_questions,
-            config.generation,
-            config.researcher,
-            seed=config.seed,
-            agent_id=learner.id or 0,
+        resumed = ""
+    else:
+        resumed = (
+            f"resuming {state}: warm start v{saved.warm_start_version} kept, {saved.cycled} "
+            f"of {config.rounds} rounds cycled, {len(saved.scored_rounds())} panel scores kept"
         )
-    demonstrations += kind_warm_start_trajectories(
-        tokenizer, kind_examples, first_index=len(demonstrations)
-    )
-    warm = supervised_finetune(ctx, LEARNER, demonstrations, config.warm_start)
-    assert warm.to_version == WARM_START_VERSION, warm
+        report(resumed, 1 + saved.cycled, total)
     # The warm start had the cores to itself; each round's cycle shares them with its panel
     # scorer's process, the flows through FW_TORCH_THREADS, the scorer through the spec.
     threads = torch_thread_count(workers=ROUND_PROCESSES, override=settings.torch_threads)
     settings = settings.model_copy(update={"torch_threads": threads})
+    engine = open_engine(settings)
     ctx = build_context(settings, engine, as_of=clock.now())
 
     research_panel = None
@@ -274,22 +214,34 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         for kind in config.extra_kinds
     }
     kind_scores: dict[QuestionKind, list[KindPanelScore]] = {k: [] for k in kind_panels}
-    round_log = RoundLog(out_dir / "demo.log")
+    log_path = out_dir / "demo.log"
+    earlier = log_path.read_text() if resumed and log_path.exists() else ""
+    round_log = RoundLog(log_path)
+    if resumed:  # the killed run's lines stay, then the resume says what it kept
+        log_path.write_text(f"{earlier}{resumed}\n")
 
     tracker = open_tracker(settings, LEARNER, "demo-panel", _tracked_config(config))
 
-    def record(scores: RoundScores | ResearchRound) -> None:
+    def record(scores: RoundScores | ResearchRound, *, kept: bool = False) -> None:
         panel = scores.score if isinstance(scores, ResearchRound) else scores[0]
         log_version_scores(tracker, panel.round, panel_scores(panel), prefix="demo")
         if isinstance(scores, ResearchRound):
             panels.append(scores.score)
             research_rounds.append(scores)
-            round_log.write(scores.score, research=scores)
+        else:
+            panels.append(scores[0])
+            for kind, score in scores[1].items():
+                kind_scores[kind].append(score)
+        if kept:
             return
-        panels.append(scores[0])
-        for kind, score in scores[1].items():
-            kind_scores[kind].append(score)
-        round_log.write(scores[0], list(scores[1].values()))
+        if isinstance(scores, ResearchRound):
+            round_log.write(scores.score, research=scores)
+        else:
+            round_log.write(scores[0], list(scores[1].values()))
+        saved.round_scored(scores)
+
+    for scores in saved.scored_rounds():
+        record(scores, kept=True)
 
     with (
         _finished(tracker),
@@ -297,8 +249,21 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         _flow_environment(settings, server, validation_fraction=config.validation_fraction),
         panel_scorer() as scorer,
     ):
+
+        def submit(policy: RoundPolicy, round_no: int) -> Future:
+            if research_panel is not None:
+                return scorer.submit(score_research_round, policy, research_panel, round_no, config)
+            return scorer.submit(score_round, policy, panel, kind_panels, round_no, config)
+
         scoring: Future | None = None
-        for r in range(config.rounds):
+        for left in saved.unscored_rounds():
+            # A resumed round whose panel was in flight: scored from the version it served.
+            policy = round_policy(ctx, LEARNER, left.policy_version)
+            if scoring is not None:
+                record(scoring.result())
+            scoring = submit(policy, left.round)
+        for r in range(saved.cycled, config.rounds):
+            clock.set(start_at + timedelta(days=r))
             report(f"round {r}: daily cycle on {clock.now().date()}", 1 + r, total)
             daily_cycle_flow(
                 as_of=clock.now().isoformat(),
@@ -310,17 +275,14 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             # The round's policy is scored while the next cycle runs (one panel in flight:
             # each round waits for the previous round's scores).
             policy = round_policy(ctx, LEARNER)
+            saved.round_cycled(r, policy[2])
             if scoring is not None:
                 record(scoring.result())
-            if research_panel is not None:
-                scoring = scorer.submit(score_research_round, policy, research_panel, r, config)
-            else:
-                scoring = scorer.submit(score_round, policy, panel, kind_panels, r, config)
-            clock.advance(days=1)
+            scoring = submit(policy, r)
         if scoring is not None:
             record(scoring.result())
         report("final resolution and the report", 1 + config.rounds, total)
-        clock.advance(days=config.max_horizon_days + 1)
+        clock.set(start_at + timedelta(days=config.rounds + config.max_horizon_days + 1))
         resolve_and_backfill_flow(as_of=clock.now().isoformat())
 
     start_day = world.day_start(0).date()
@@ -344,9 +306,10 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     research = None
     if config.research:
         header = research_header(config)
+        assert saved.demonstration_research is not None
         with session_scope(engine) as session:
-            live = live_research(session, learner.id or 0, world, round_of)
-        research = research_summary(research_rounds, demonstration_research(demonstrations), live)
+            live = live_research(session, ctx.agent(LEARNER).id or 0, world, round_of)
+        research = research_summary(research_rounds, saved.demonstration_research, live)
         extra_markdown, sections["research"] = research_report(research, out_dir)
     lineage = lineage_rows(version_lineage(ctx, LEARNER), metrics)
     lineage_markdown, sections["lineage"] = lineage_report(lineage, config.validation_fraction)
