@@ -1,23 +1,26 @@
-"""siop against dr_grpo when outcomes arrive late: the demo's loop (flows/demo/run.py: the
-simulated world, the daily cycle through the Prefect flows, the fixed held-out panel) run twice
-from the same seed, once per estimator, with every question resolving 5–7 days after it is
-posed. dr_grpo trains only on resolved groups, so it waits five rounds for its first update;
-siop trains from the second round on the provisional rewards the provisional-rewards stage
-writes after predict (flows/stages/provisional.py), and on the real rewards once they arrive.
+"""provisional_consensus against dr_grpo when outcomes arrive late: the demo's loop
+(flows/demo/run.py: the simulated world, the daily cycle through the Prefect flows, the fixed
+held-out panel) run twice from the same seed, once per estimator, with every question resolving
+5–7 days after it is posed. dr_grpo trains only on resolved groups, so it waits five rounds for
+its first update; provisional_consensus trains from the second round on the provisional rewards
+the provisional-rewards stage writes after predict (flows/stages/provisional.py), and on the
+real rewards once they arrive.
 
 Both arms forecast the same panel questions with the same sampling seeds every round, so their
 difference at a round is paired: the 95% interval comes from the demo's own paired bootstrap
-(`learning_claim` with dr_grpo's panel as "first" and siop's as "last": siop − dr_grpo, by
-resampling panel questions in both at once). A gain is claimed only where that interval lies
-below zero. Rounds are simulated days, so "the same round" is the same wall-clock time of the
-live system; the compute each arm spent is reported next to it.
+(`learning_claim` with dr_grpo's panel as "first" and provisional_consensus's as "last": the
+second arm − dr_grpo, by resampling panel questions in both at once). A gain is claimed only
+where that interval lies below zero. Rounds are simulated days, so "the same round" is the same
+wall-clock time of the live system; the compute each arm spent is reported next to it.
 
-    .venv/bin/python benchmarks/siop_vs_dr_grpo.py [--rounds 8 --panel 1000 --out DIR]
-    .venv/bin/python benchmarks/siop_vs_dr_grpo.py --arm dr_grpo &   # or side by side,
-    .venv/bin/python benchmarks/siop_vs_dr_grpo.py --arm siop; wait  # then --arm compare
+    .venv/bin/python benchmarks/provisional_consensus_vs_dr_grpo.py [--rounds 8 --panel 1000]
+    # or the arms side by side, then the comparison:
+    .venv/bin/python benchmarks/provisional_consensus_vs_dr_grpo.py --arm dr_grpo &
+    .venv/bin/python benchmarks/provisional_consensus_vs_dr_grpo.py --arm provisional_consensus
+    wait; .venv/bin/python benchmarks/provisional_consensus_vs_dr_grpo.py --arm compare
 
 Writes `results.json` and `results.md` (a table by round) to the output folder; each arm's
-demo report goes under it (`dr_grpo/`, `siop/`).
+demo report goes under it (`dr_grpo/`, `provisional_consensus/`).
 """
 
 from __future__ import annotations
@@ -119,23 +122,23 @@ def compare(args: argparse.Namespace) -> None:
     panels = {e: _panels(_config(args, e), arm["versions"]) for e, arm in arms.items()}
     rows = []
     for r in range(args.rounds):
-        dr, si = panels[Estimator.DR_GRPO][r], panels[Estimator.SIOP][r]
-        claim = learning_claim([dr, si])
+        dr, pc = panels[Estimator.DR_GRPO][r], panels[Estimator.PROVISIONAL_CONSENSUS][r]
+        claim = learning_claim([dr, pc])
         assert claim is not None
         rows.append(
             {
                 "round": r,
-                "version": {"dr_grpo": dr.policy_version, "siop": si.policy_version},
-                "brier": {"dr_grpo": brier(dr.p_yes, dr.y), "siop": brier(si.p_yes, si.y)},
+                "version": {"dr_grpo": dr.policy_version, PC: pc.policy_version},
+                "brier": {"dr_grpo": brier(dr.p_yes, dr.y), PC: brier(pc.p_yes, pc.y)},
                 "ece": {
                     "dr_grpo": expected_calibration_error(dr.p_yes, dr.y),
-                    "siop": expected_calibration_error(si.p_yes, si.y),
+                    PC: expected_calibration_error(pc.p_yes, pc.y),
                 },
                 "brier_difference": claim.brier.difference,
                 "brier_ci": list(claim.brier.ci),
                 "ece_difference": claim.ece.difference,
                 "ece_ci": list(claim.ece.ci),
-                "siop_gain": claim.brier.ci[1] < 0 and claim.ece.ci[1] < 0,
+                f"{PC}_gain": claim.brier.ci[1] < 0 and claim.ece.ci[1] < 0,
             }
         )
     summary = {
@@ -150,29 +153,31 @@ def compare(args: argparse.Namespace) -> None:
     }
     (args.out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines = [
-        "| round | version dr_grpo / siop | Brier dr_grpo | Brier siop | siop − dr_grpo [95% CI] "
-        "| ECE dr_grpo | ECE siop | siop − dr_grpo [95% CI] |",
+        f"| round | version dr_grpo / {PC} | Brier dr_grpo | Brier {PC} "
+        f"| {PC} − dr_grpo [95% CI] | ECE dr_grpo | ECE {PC} | {PC} − dr_grpo [95% CI] |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['round']} | {row['version']['dr_grpo']} / {row['version']['siop']} "
-            f"| {row['brier']['dr_grpo']:.4f} | {row['brier']['siop']:.4f} "
+            f"| {row['round']} | {row['version']['dr_grpo']} / {row['version'][PC]} "
+            f"| {row['brier']['dr_grpo']:.4f} | {row['brier'][PC]:.4f} "
             f"| {row['brier_difference']:+.4f} [{row['brier_ci'][0]:+.4f}, "
-            f"{row['brier_ci'][1]:+.4f}] | {row['ece']['dr_grpo']:.3f} | {row['ece']['siop']:.3f} "
+            f"{row['brier_ci'][1]:+.4f}] | {row['ece']['dr_grpo']:.3f} | {row['ece'][PC]:.3f} "
             f"| {row['ece_difference']:+.3f} [{row['ece_ci'][0]:+.3f}, {row['ece_ci'][1]:+.3f}] |"
         )
     wall = summary["wall_s"]
     lines += [
         "",
-        f"wall: dr_grpo {wall['dr_grpo']:.0f} s, siop {wall['siop']:.0f} s "
-        f"(ratio {wall['siop'] / wall['dr_grpo']:.2f})",
+        f"wall: dr_grpo {wall['dr_grpo']:.0f} s, {PC} {wall[PC]:.0f} s "
+        f"(ratio {wall[PC] / wall['dr_grpo']:.2f})",
     ]
     (args.out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
-ARMS = (Estimator.DR_GRPO, Estimator.SIOP)
+ARMS = (Estimator.DR_GRPO, Estimator.PROVISIONAL_CONSENSUS)
+PC = str(Estimator.PROVISIONAL_CONSENSUS)
+"""The second arm's key in results.json and its column in results.md."""
 
 
 def main() -> None:
@@ -183,7 +188,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sft-days", type=int, default=DemoConfig.sft_days)
     parser.add_argument("--sft-epochs", type=int, default=DemoConfig.sft_epochs)
-    parser.add_argument("--out", type=Path, default=Path("reports/siop_vs_dr_grpo"))
+    parser.add_argument(
+        "--out", type=Path, default=Path("reports/provisional_consensus_vs_dr_grpo")
+    )
     parser.add_argument(
         "--arm",
         choices=[*(str(e) for e in ARMS), "compare"],

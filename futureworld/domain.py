@@ -614,7 +614,7 @@ class Reward:
     voided: bool = False
     """Set when a later annulment voids the outcome: kept for audit, never trained on."""
     provisional: bool = False
-    """A label-free stand-in reward (siop) computed before the outcome exists."""
+    """A label-free stand-in reward (provisional_consensus) computed before the outcome exists."""
     created_at: datetime = field(default_factory=utc_now)
     """Wall-clock time of the write."""
     made_at: datetime | None = None

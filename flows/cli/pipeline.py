@@ -202,8 +202,8 @@ def provisional_command(
     as_of: AsOfOption = None,
     db: DbOption = None,
 ) -> None:
-    """Write siop's provisional rewards for the agent's unresolved groups (and void those of
-    questions resolved since), for `train --estimator siop`."""
+    """Write the provisional rewards of the agent's unresolved groups (and void those of
+    questions resolved since), for `train --estimator provisional_consensus`."""
     from flows.stages.provisional import write_provisional_rewards
 
     with cli_context(db, as_of) as ctx:

@@ -1,17 +1,17 @@
-"""Provisional rewards (siop): after predict, every unresolved binary group of an agent gets a
-label-free reward per rollout, so `train --estimator siop` can learn before outcomes arrive;
-once an outcome is revealed the question's provisional rewards are voided and the real ones
-(backfill) replay as usual.
+"""Provisional rewards (provisional_consensus): after predict, every unresolved binary group of
+an agent gets a label-free reward per rollout, so `train --estimator provisional_consensus` can
+learn before outcomes arrive; once an outcome is revealed the question's provisional rewards
+are voided and the real ones (backfill) replay as usual.
 
 The reward of rollout i with forecast p_i is its reward function's expectation under the
 group's shared consensus ŷ standing in for P(y = 1):
     R̂_i = ŷ · R(p_i, y = 1) + (1 − ŷ) · R(p_i, y = 0)
 (for Brier, −(p_i − ŷ)² − ŷ(1 − ŷ)). ŷ is the reliability-weighted mean of the agent's
 parsed forecasts of the question made by its group's version or earlier, the group's own
-included (futureworld.rl.advantages.siop_consensus: one ŷ for the whole group, so the
+included (futureworld.rl.advantages.group_consensus: one ŷ for the whole group, so the
 expectation's ŷ(1 − ŷ) term cannot rank its members); a
 forecast's weight is its version's inverse shrunk Brier on outcomes revealed by the stage's
-as-of (siop_reliability). An unparseable rollout has no vote and gets its function's
+as-of (version_reliability). An unparseable rollout has no vote and gets its function's
 unparseable reward (which does not depend on y).
 
 Decisions: a provisional reward is written once per (rollout, reward function) and never
@@ -40,7 +40,7 @@ from futureworld.domain import (
     Trajectory,
 )
 from futureworld.rewards import DEFAULT_REWARD, REWARD_FUNCTIONS, RewardFn, RewardFunction
-from futureworld.rl.advantages import siop_consensus, siop_reliability
+from futureworld.rl.advantages import group_consensus, version_reliability
 from storage.engine import session_scope
 from storage.repositories.provisional import (
     PROVISIONAL_REVISION,
@@ -88,7 +88,7 @@ def write_provisional_rewards(
         answers = rollout_answers(
             session, [x.rollout_id for f in pending.values() for x in f if not x.has_provisional]
         )
-    weight_of = {v: siop_reliability(total, n) for v, (total, n) in record.items()}
+    weight_of = {v: version_reliability(total, n) for v, (total, n) in record.items()}
     rewards: list[Reward] = []
     for question_id, forecasts in pending.items():
         try:
@@ -117,7 +117,7 @@ def _question_rewards(
     left without a consensus."""
     assert question.id is not None
     score = REWARD_FUNCTIONS[reward_fn]
-    prior = siop_reliability(0.0, 0)
+    prior = version_reliability(0.0, 0)
     voters = [f for f in forecasts if f.p_yes is not None]
     rewards: list[Reward] = []
     missing = 0
@@ -130,7 +130,7 @@ def _question_rewards(
         own_w = np.asarray(
             [0.0 if f.p_yes is None else weight_of.get(version, prior) for f in targets]
         )
-        y_hat = siop_consensus(pool_p, pool_w, own_p, own_w)
+        y_hat = group_consensus(pool_p, pool_w, own_p, own_w)
         for forecast, consensus in zip(targets, y_hat, strict=True):
             if not np.isfinite(consensus):
                 missing += 1
@@ -186,9 +186,9 @@ def with_provisional_groups(
     reuse: bool,
     exclude_question_ids: Collection[int] = frozenset(),
 ) -> ReplayBatch:
-    """siop's replay: the resolved groups of `batch` (real rewards) and the groups unresolved
-    at `as_of` on their provisional rewards, oldest group first, cut at `max_groups`; none of
-    `exclude_question_ids` (the validation slice)."""
+    """provisional_consensus's replay: the resolved groups of `batch` (real rewards) and the
+    groups unresolved at `as_of` on their provisional rewards, oldest group first, cut at
+    `max_groups`; none of `exclude_question_ids` (the validation slice)."""
     provisional = [
         select_provisional_batch(
             session,

@@ -144,31 +144,32 @@ def forecast_info_gain(
     return out
 
 
-SIOP_PRIOR_BRIER = 0.25
-"""siop reliability: the Brier a version is assumed to have before any of its forecasts
+RELIABILITY_PRIOR_BRIER = 0.25
+"""version_reliability: the Brier a version is assumed to have before any of its forecasts
 resolved (that of the uninformed 0.5 forecast)."""
-SIOP_PRIOR_WEIGHT = 10.0
-"""siop reliability: how many resolved forecasts the prior Brier counts as."""
+RELIABILITY_PRIOR_WEIGHT = 10.0
+"""version_reliability: how many resolved forecasts the prior Brier counts as."""
 
 
-def siop_reliability(brier_sum: float, n_resolved: int) -> float:
+def version_reliability(brier_sum: float, n_resolved: int) -> float:
     """Reliability weight of a policy version's forecasts: the inverse of its shrunk Brier,
         w_v = 1 / B̃_v,   B̃_v = (Σ_resolved (p − y)² + n₀ · 0.25) / (n_v + n₀),   n₀ = 10,
     over the version's parsed forecasts whose outcome is known. Inverse mean squared error is
     the inverse-variance weight of combining unbiased forecasts (Bates & Granger 1969, "The
     Combination of Forecasts"); the shrinkage keeps a version with few resolved forecasts
     near the uninformed weight 4 instead of trusting a lucky handful."""
-    shrunk = (brier_sum + SIOP_PRIOR_WEIGHT * SIOP_PRIOR_BRIER) / (n_resolved + SIOP_PRIOR_WEIGHT)
+    prior = RELIABILITY_PRIOR_WEIGHT * RELIABILITY_PRIOR_BRIER
+    shrunk = (brier_sum + prior) / (n_resolved + RELIABILITY_PRIOR_WEIGHT)
     return 1.0 / shrunk
 
 
-def siop_consensus(
+def group_consensus(
     pool_p_yes: np.ndarray, pool_weights: np.ndarray, own_p_yes: np.ndarray, own_weights: np.ndarray
 ) -> np.ndarray:
     """The pseudo-outcome of a group: one reliability-weighted consensus shared by its members.
 
     The pool is every parsed forecast of the question by the agent at the group's version or
-    earlier (the group included), with weights w_j (`siop_reliability` of its version); every
+    earlier (the group included), with weights w_j (`version_reliability` of its version); every
     member i of the group gets the same
         ŷ = Σ_j w_j p_j / Σ_j w_j,
     or NaN when no forecast but its own is left to agree with (Σ_j w_j − w_i = 0: a lone
@@ -194,27 +195,31 @@ def siop_consensus(
     return np.where(others > 0, shared, np.nan)
 
 
-def siop(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages | None:
-    """dr_grpo on rewards that, before the outcome is known, are consensus pseudo-labels.
+def provisional_consensus(
+    group: Sequence[ScoredRollout], config: TrainConfig
+) -> TokenAdvantages | None:
+    """dr_grpo on a consensus pseudo-label until the outcome arrives: a rollout-level TTRL-like
+    reward, inspired by SIOP but without its outcome modes or turn-level credit (below).
 
     What it is: A_i = R_i − mean_j R_j on every generated token, where R_i is the real reward
     once the outcome is known and, before, the provisional one the provisional-rewards stage
     stored (flows.stages.provisional): the reward's expectation under the group's shared
-    consensus ŷ (`siop_consensus`) standing in for P(y = 1),
+    consensus ŷ (`group_consensus`) standing in for P(y = 1),
         R̂_i = ŷ R(p_i, 1) + (1 − ŷ) R(p_i, 0)    (Brier: −(p_i − ŷ)² − ŷ(1 − ŷ)),
     so within a group R̂_i − mean_j R̂_j ranks forecasts by their expected score against the
     consensus alone (for Brier, −(p_i − ŷ)² + mean_j (p_j − ŷ)²). The estimator itself is
-    dr_grpo: what makes it siop is which groups replay selects (unresolved ones with
+    dr_grpo: what sets it apart is which groups replay selects (unresolved ones with
     provisional rewards, voided and replayed for real on resolution).
 
-    Where it departs from the SIOP paper's method: this is a consensus pseudo-label at the
-    level of whole rollouts and nothing more. There are no outcome modes (one Bernoulli
+    Where it departs from the SIOP method that inspired it: this is a consensus pseudo-label at
+    the level of whole rollouts and nothing more. There are no outcome modes (one Bernoulli
     pseudo-outcome per group, from the agent's own forecasts), no turn-level credit (every
     generated token of a rollout gets the same advantage, whatever its turns' beliefs did), and
     the pseudo-label is the agent's reliability-weighted agreement with itself, so it can only
-    pull the policy toward its own consensus (benchmarks/siop_vs_dr_grpo.py ends it level with
-    dr_grpo on Brier and worse on ECE). A consensus as the pseudo-label follows test-time RL
-    (Zuo et al. 2025, "TTRL", arXiv:2504.16084); the reliability weights Bates & Granger 1969.
+    pull the policy toward its own consensus (benchmarks/provisional_consensus_vs_dr_grpo.py
+    ends it level with dr_grpo on Brier and worse on ECE). A consensus as the pseudo-label
+    follows test-time RL (Zuo et al. 2025, "TTRL", arXiv:2504.16084); the reliability weights
+    Bates & Granger 1969.
     """
     return dr_grpo(group, config)
 
@@ -306,6 +311,6 @@ ADVANTAGE_ESTIMATORS: dict[Estimator, AdvantageFn] = {
     Estimator.GRPO: grpo,
     Estimator.RLOO: rloo,
     Estimator.FORECAST_INFO_GAIN: forecast_info_gain,
-    Estimator.SIOP: siop,
+    Estimator.PROVISIONAL_CONSENSUS: provisional_consensus,
     Estimator.SFT: sft,
 }

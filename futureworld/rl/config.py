@@ -33,11 +33,19 @@ class Estimator(StrEnum):
     FORECAST_INFO_GAIN = "forecast_info_gain"
     """dr_grpo + potential-based turn credit λ·(R − Φ(belief before the turn)), centred within
     the group at each turn; Ng et al. 1999."""
-    SIOP = "siop"
-    """dr_grpo on provisional rewards before the outcome: each rollout's expected reward under
-    one reliability-weighted consensus of the agent's forecasts (a rollout-level pseudo-label)."""
+    PROVISIONAL_CONSENSUS = "provisional_consensus"
+    """dr_grpo on a consensus pseudo-label until the outcome arrives (TTRL-like, rollout level);
+    inspired by SIOP but without its outcome modes or turn credit (advantages.py says more)."""
+    SIOP = "provisional_consensus"  # alias until flows/stages/training.py and
+    # flows/orchestration/pipeline.py name PROVISIONAL_CONSENSUS; then this line goes
     SFT = "sft"
     """Supervised fine-tuning: weight 1 on every generated token, loss −mean log π."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Estimator | None:
+        """Values stored under an earlier name (a training run's or a checkpoint's config)
+        still read: "siop" is `provisional_consensus`."""
+        return cls.PROVISIONAL_CONSENSUS if value == "siop" else None
 
 
 DEFAULT_ESTIMATOR = Estimator.DR_GRPO

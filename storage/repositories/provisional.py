@@ -1,5 +1,5 @@
-"""Provisional (label-free) rewards of the siop estimator: the forecasts they are computed
-from, each policy version's track record, their replay selection and their voiding.
+"""Provisional (label-free) rewards of the provisional_consensus estimator: the forecasts they
+are computed from, each policy version's track record, their replay selection and their voiding.
 
 Decisions:
 - A provisional reward is a reward row with `provisional = True` at outcome revision 0 (no

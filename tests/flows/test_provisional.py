@@ -1,6 +1,6 @@
-"""The provisional-rewards stage (siop) on real Postgres and SQLite: one reliability-weighted
-consensus of the group's and earlier versions' forecasts, shared by the group, written once as
-provisional rewards at revision 0; voided when the outcome is revealed."""
+"""The provisional-rewards stage (provisional_consensus) on real Postgres and SQLite: one
+reliability-weighted consensus of the group's and earlier versions' forecasts, shared by the
+group, written once as provisional rewards at revision 0; voided when the outcome is revealed."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from futureworld.domain import (
     Trajectory,
 )
 from futureworld.rewards import UNPARSEABLE_REWARD
-from futureworld.rl.advantages import siop_reliability
+from futureworld.rl.advantages import version_reliability
 from storage.engine import session_scope
 from storage.repositories.agents import ensure_agent, register_policy_version
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
@@ -121,8 +121,8 @@ def test_provisional_rewards_are_the_groups_shared_reliability_weighted_consensu
     assert (report.rewards_written, report.without_consensus, report.errors) == (5, 0, [])
     got = _provisional(engine)
     assert all(q == open_id for q, _v, _s in got)  # the resolved question gets none
-    w0 = siop_reliability((0.9 - 1) ** 2 + (0.7 - 1) ** 2, 2)  # version 0 on `done`
-    w1 = siop_reliability(0.0, 0)  # version 1: nothing resolved yet
+    w0 = version_reliability((0.9 - 1) ** 2 + (0.7 - 1) ** 2, 2)  # version 0 on `done`
+    w1 = version_reliability(0.0, 0)  # version 1: nothing resolved yet
     # Version 0's group: its own two parsed forecasts, one consensus for both.
     assert got[(open_id, 0, 0)].value == pytest.approx(_brier_expectation(0.2, 0.4))
     assert got[(open_id, 0, 1)].value == pytest.approx(_brier_expectation(0.6, 0.4))
@@ -207,7 +207,7 @@ def test_the_provisional_command_writes_them_and_names_an_unknown_agent(engine, 
     assert "unknown agent" in unknown.output
 
 
-def test_siop_replay_takes_a_group_once_even_when_its_outcome_is_stored_after_the_as_of(
+def test_provisional_replay_takes_a_group_once_even_when_its_outcome_is_stored_after_the_as_of(
     engine, tmp_path
 ):
     agent_id, open_id, _done = _world(engine)

@@ -1,7 +1,7 @@
-"""`train --estimator siop` on real rollouts of a tiny model: unresolved groups train on their
-provisional rewards and are recorded in the ledger as provisional; when the outcome arrives
-the provisional rewards are voided and the real ones replayed; dr_grpo never sees the
-provisional rewards."""
+"""`train --estimator provisional_consensus` on real rollouts of a tiny model: unresolved groups
+train on their provisional rewards and are recorded in the ledger as provisional; when the
+outcome arrives the provisional rewards are voided and the real ones replayed; dr_grpo never
+sees the provisional rewards."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ from storage.repositories.questions import list_questions, record_outcomes, upse
 from storage.tables import ReplayConsumptionRow, RewardRow, RolloutRow
 from tests.flows.conftest import CUTOFF, GENERATION, make_context
 
-SIOP = TrainOptions(config=TrainConfig(estimator=Estimator.SIOP, learning_rate=1e-3))
+CONSENSUS = TrainOptions(
+    config=TrainConfig(estimator=Estimator.PROVISIONAL_CONSENSUS, learning_rate=1e-3)
+)
 SAMPLES = 3
 
 
@@ -81,21 +83,21 @@ def _ledger(engine) -> list[tuple[int, int, bool]]:
         )
 
 
-def test_siop_trains_on_provisional_rewards_then_replays_the_real_ones(
+def test_provisional_consensus_trains_on_provisional_rewards_then_replays_the_real_ones(
     engine, tiny_model, tmp_path
 ):
     questions = _forecast(engine, tmp_path, tiny_model)
     day1 = make_context(engine, tmp_path, as_of=CUTOFF + timedelta(days=1))
     assert write_provisional_rewards(day1, "tiny").rewards_written == 3 * SAMPLES
-    # Nothing has resolved: dr_grpo has nothing to train on, siop has the three groups.
+    # Nothing has resolved: dr_grpo has nothing to train on, the consensus has the three groups.
     assert (
         replay_and_train(day1, "tiny", TrainOptions(config=TrainConfig(learning_rate=1e-3))) is None
     )
-    report = replay_and_train(day1, "tiny", SIOP)
+    report = replay_and_train(day1, "tiny", CONSENSUS)
     assert report is not None and (report.groups, report.rollouts) == (3, 3 * SAMPLES)
     assert _ledger(engine) == sorted((q, 0, True) for q in questions for _ in range(SAMPLES))
     # Consumed provisionally: not replayed twice on the same provisional rewards.
-    assert replay_and_train(day1, "tiny", SIOP) is None
+    assert replay_and_train(day1, "tiny", CONSENSUS) is None
 
     # The first question resolves on day 2; by day 3 backfill has its real rewards.
     with session_scope(engine) as session:
@@ -121,7 +123,7 @@ def test_siop_trains_on_provisional_rewards_then_replays_the_real_ones(
             .where(RewardRow.provisional.is_(True), RewardRow.voided.is_(True))
         ).all()
     assert set(voided) == {questions[0]}
-    report = replay_and_train(day3, "tiny", SIOP)
+    report = replay_and_train(day3, "tiny", CONSENSUS)
     assert report is not None and (report.groups, report.rollouts) == (1, SAMPLES)
     assert _ledger(engine) == sorted(
         [(q, 0, True) for q in questions for _ in range(SAMPLES)]

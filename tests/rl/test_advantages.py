@@ -13,8 +13,8 @@ from futureworld.rewards import brier_reward
 from futureworld.rl.advantages import (
     ADVANTAGE_ESTIMATORS,
     compute_advantages,
-    siop_consensus,
-    siop_reliability,
+    group_consensus,
+    version_reliability,
 )
 from futureworld.rl.config import Estimator, TrainConfig
 from tests.rl.rl_builders import make_rollout
@@ -148,21 +148,21 @@ def test_forecast_info_gain_skips_groups_without_an_outcome():
     assert (out.groups_used, out.groups_skipped, out.rollouts) == (0, 1, ())
 
 
-def test_siop_reliability_is_the_inverse_shrunk_brier():
+def test_version_reliability_is_the_inverse_shrunk_brier():
     # No resolved forecast: the prior Brier 0.25 → weight 4.
-    assert siop_reliability(0.0, 0) == pytest.approx(4.0)
+    assert version_reliability(0.0, 0) == pytest.approx(4.0)
     # Σ brier 1.0 over 10 forecasts, shrunk with 10 × 0.25: (1 + 2.5) / 20 = 0.175.
-    assert siop_reliability(1.0, 10) == pytest.approx(1 / 0.175)
+    assert version_reliability(1.0, 10) == pytest.approx(1 / 0.175)
     # A version that forecast better weighs more.
-    assert siop_reliability(0.5, 10) > siop_reliability(2.0, 10)
+    assert version_reliability(0.5, 10) > version_reliability(2.0, 10)
 
 
-def test_siop_consensus_is_one_reliability_weighted_mean_for_the_whole_group():
+def test_group_consensus_is_one_reliability_weighted_mean_for_the_whole_group():
     # Pool: an earlier version's two forecasts (weight 2) and the group's three (weight 5).
     pool_p = np.array([0.2, 0.4, 0.6, 0.7, 0.9])
     pool_w = np.array([2.0, 2.0, 5.0, 5.0, 5.0])
     own_p, own_w = pool_p[2:], pool_w[2:]
-    got = siop_consensus(pool_p, pool_w, own_p, own_w)
+    got = group_consensus(pool_p, pool_w, own_p, own_w)
     # (0.4 + 0.8 + 3 + 3.5 + 4.5) / 19, the same for every member
     assert got.tolist() == pytest.approx([12.2 / 19] * 3)
     assert len(set(got.tolist())) == 1
@@ -194,40 +194,42 @@ def _brier_expectation(p_yes: float, y_hat: float) -> float:
     return y_hat * values[0] + (1 - y_hat) * values[1]
 
 
-def _siop_first_tokens(p_yes, y_hat):
+def _provisional_first_tokens(p_yes, y_hat):
     rewards = [_brier_expectation(p, y) for p, y in zip(p_yes, y_hat, strict=True)]
-    out = _advantages(_group(rewards, p_yes=list(p_yes), outcome_value=None), Estimator.SIOP)
+    out = _advantages(
+        _group(rewards, p_yes=list(p_yes), outcome_value=None), Estimator.PROVISIONAL_CONSENSUS
+    )
     return np.asarray([a[0] for a in out.token_advantages], dtype=np.float64)
 
 
-def test_siop_ranks_four_0_6_and_four_0_9_forecasts_by_their_distance_only():
+def test_provisional_consensus_ranks_four_0_6_and_four_0_9_forecasts_by_their_distance_only():
     # Equal weights (the prior reliability 4): the consensus is ŷ = (4·0.6 + 4·0.9)/8 = 0.75
     # and both halves are 0.15 from it, so the distance gives them equal rewards
     # −0.15² − 0.75·0.25 = −0.21 and the centred advantage is 0 for every member.
     p_yes = np.array([0.6] * 4 + [0.9] * 4)
-    weights = np.full(8, siop_reliability(0.0, 0))
-    y_hat = siop_consensus(p_yes, weights, p_yes, weights)
+    weights = np.full(8, version_reliability(0.0, 0))
+    y_hat = group_consensus(p_yes, weights, p_yes, weights)
     assert y_hat.tolist() == pytest.approx([0.75] * 8)
     assert _brier_expectation(0.6, 0.75) == pytest.approx(_brier_expectation(0.9, 0.75))
-    np.testing.assert_allclose(_siop_first_tokens(p_yes, y_hat), 0.0, atol=1e-7)
+    np.testing.assert_allclose(_provisional_first_tokens(p_yes, y_hat), 0.0, atol=1e-7)
     # The leave-one-out labels this replaces: ŷ₋ᵢ = (6 − p_i)/7 = 0.7714 for a 0.6 and 0.7286
     # for a 0.9. Both are 0.1714 from their label (the distance still ties them), but the
     # variance terms ŷ₋ᵢ(1 − ŷ₋ᵢ) = 0.17633 and 0.19776 differ by 0.02143, so the 0.6 half got
     # +0.0107 and the 0.9 half −0.0107 from where its own vote had moved its label alone.
     loo = (p_yes.sum() - p_yes) / 7
-    old = _siop_first_tokens(p_yes, loo)
+    old = _provisional_first_tokens(p_yes, loo)
     np.testing.assert_allclose(old, [0.0107] * 4 + [-0.0107] * 4, atol=1e-4)
 
 
-def test_siop_advantages_are_the_leave_one_out_distances_scaled_by_a_group_constant():
+def test_provisional_advantages_are_the_leave_one_out_distances_scaled_by_a_group_constant():
     # An earlier version's forecasts (weight 2) and a group of three (weight 5): the shared
     # label gives A_i = −(p_i − ŷ)² + mean_j (p_j − ŷ)², the leave-one-out distance alone
     # (W / (W − w))² times that, W = 19, w = 5.
     pool_p = np.array([0.2, 0.4, 0.6, 0.7, 0.9])
     pool_w = np.array([2.0, 2.0, 5.0, 5.0, 5.0])
     own_p, own_w = pool_p[2:], pool_w[2:]
-    y_hat = siop_consensus(pool_p, pool_w, own_p, own_w)
-    got = _siop_first_tokens(own_p, y_hat)
+    y_hat = group_consensus(pool_p, pool_w, own_p, own_w)
+    got = _provisional_first_tokens(own_p, y_hat)
     shared = -((own_p - y_hat) ** 2)
     np.testing.assert_allclose(got, shared - shared.mean(), atol=1e-7)
     loo = ((pool_w * pool_p).sum() - own_w * own_p) / (pool_w.sum() - own_w)
@@ -236,18 +238,20 @@ def test_siop_advantages_are_the_leave_one_out_distances_scaled_by_a_group_const
     assert got[0] > got[1] > got[2]  # 0.6 is nearest the consensus 12.2/19 = 0.642, 0.9 farthest
 
 
-def test_siop_consensus_of_a_lone_forecast_is_undefined():
-    got = siop_consensus(np.array([0.3]), np.array([4.0]), np.array([0.3]), np.array([4.0]))
+def test_group_consensus_of_a_lone_forecast_is_undefined():
+    got = group_consensus(np.array([0.3]), np.array([4.0]), np.array([0.3]), np.array([4.0]))
     assert np.isnan(got).all()
 
 
-def test_siop_is_dr_grpo_on_the_rewards_replay_hands_it():
+def test_provisional_consensus_is_dr_grpo_on_the_rewards_replay_hands_it():
     # Provisional rewards (no outcome yet) and real ones alike: A = R − mean R.
-    provisional = _advantages(_group([-0.01, -0.09], outcome_value=None), Estimator.SIOP)
+    provisional = _advantages(
+        _group([-0.01, -0.09], outcome_value=None), Estimator.PROVISIONAL_CONSENSUS
+    )
     np.testing.assert_allclose(
         [a[0] for a in provisional.token_advantages], [0.04, -0.04], atol=1e-6
     )
-    real = _advantages(_group([-0.04, -0.36]), Estimator.SIOP)
+    real = _advantages(_group([-0.04, -0.36]), Estimator.PROVISIONAL_CONSENSUS)
     np.testing.assert_allclose([a[0] for a in real.token_advantages], [0.16, -0.16], atol=1e-6)
 
 
@@ -283,7 +287,12 @@ def test_groups_come_out_whole_and_consecutive_in_first_appearance_order():
 
 def test_groups_with_fewer_than_two_rollouts_are_skipped_except_for_sft():
     rollouts = [*_group([0.0, -1.0], question_id=1), *_group([-0.5], question_id=2)]
-    for estimator in (Estimator.DR_GRPO, Estimator.GRPO, Estimator.RLOO, Estimator.SIOP):
+    for estimator in (
+        Estimator.DR_GRPO,
+        Estimator.GRPO,
+        Estimator.RLOO,
+        Estimator.PROVISIONAL_CONSENSUS,
+    ):
         out = _advantages(rollouts, estimator)
         assert (out.groups_used, out.groups_skipped, len(out.rollouts)) == (1, 1, 2)
     sft = _advantages(rollouts, Estimator.SFT)
