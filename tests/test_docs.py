@@ -215,8 +215,8 @@ def test_heading_anchors_follow_github() -> None:
     assert heading_anchor("Why the numbers moved, and how the demo got faster") == (
         "why-the-numbers-moved-and-how-the-demo-got-faster"
     )
-    assert heading_anchor("Forecast time, re-forecasts and SIOP") == (
-        "forecast-time-re-forecasts-and-siop"
+    assert heading_anchor("Forecast time, re-forecasts and provisional rewards") == (
+        "forecast-time-re-forecasts-and-provisional-rewards"
     )
     assert heading_anchor("The update (formulas)") == "the-update-formulas"
     assert heading_anchor("`backfill` and **rewards**") == "backfill-and-rewards"
