@@ -76,9 +76,9 @@ def forecastbench_kind(source: str) -> str | None:
 def imputed_subsets(records: Sequence[ImputedForecast]) -> dict[str, list[ImputedForecast]]:
     """The subsets the 5% rule tests: every record ("all"), and, for ForecastBench questions,
     the market and the dataset ones (`get_df_info` tests the whole file, then its market and
-    its dataset questions); empty subsets are left out. The records are the scored (resolved)
-    forecasts, so unlike ForecastBench, whose file also holds the markets not yet resolved
-    (its "market" mask), those do not count here."""
+    its dataset questions); empty subsets are left out. The records are those the caller
+    tests: futureworld.leaderboard adds the markets not yet resolved (ForecastBench's file
+    holds them, in its "market" mask); evaluation's score rows test the scored ones only."""
     subsets: dict[str, list[ImputedForecast]] = {"all": list(records)}
     for record in records:
         kind = forecastbench_kind(record.source)

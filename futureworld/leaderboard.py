@@ -20,6 +20,9 @@ Decisions, checked against that code:
   scored questions gets IMPUTED_P for it, counted as imputed: ForecastBench left-joins the
   resolutions to a forecast file and imputes what is missing. The round's questions are those
   some forecaster in the records forecast (the records hold no question set).
+- The 5% rule also counts the round's market questions still open (`open_markets`, each
+  forecaster's forecast or its absence), as `get_df_info` tests every market row of the file,
+  resolved or not; they are not scored.
 - Market and dataset questions are scored apart: each kind's score is the mean over its rows
   (every horizon a row), and overall = (dataset + market) / 2, None when either is missing
   (pandas gives NaN).
@@ -39,7 +42,7 @@ Decisions, checked against that code:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -237,12 +240,49 @@ def difficulty_adjusted(
     }
 
 
+@dataclass(frozen=True, kw_only=True)
+class UnscoredForecast:
+    """A forecaster's forecast (imputed_share 0, or the unparsed share of its rollouts) or
+    missing forecast (1) of an imported market question still open: not scored, but counted by
+    the 5% rule, as ForecastBench tests every market row of a file, resolved or not (its
+    "market" mask in `get_df_info`)."""
+
+    agent: str
+    policy_version: int | None
+    source: str
+    question: str
+    imputed_share: float
+
+
+OpenMarkets = Mapping[tuple[str, str], Mapping[Forecaster, float]]
+"""Per open market question (source, external id): the imputed share of each forecaster's
+forecast of it (forecasters without one are missing it)."""
+
+
+def _open_market_rows(
+    records: Sequence[ForecastRecord], open_markets: OpenMarkets
+) -> list[UnscoredForecast]:
+    """An UnscoredForecast per forecaster active in a round and open market question of that
+    round: ForecastBench's file holds every row of the resolution set, imputed where missing."""
+    active = sorted({((r.agent, r.policy_version), question_round(r)) for r in records}, key=repr)
+    rows = []
+    for f, round_ in active:
+        for (source, question), shares in open_markets.items():
+            if question.split("/", 1)[0] == round_:
+                share = shares.get(f, 1.0)
+                rows.append(UnscoredForecast(agent=f[0], policy_version=f[1], source=source,
+                                             question=question, imputed_share=share))  # fmt: skip
+    return rows
+
+
 def round_eligibility(
-    records: Sequence[ForecastRecord], *, reference_agents: Collection[str] = ()
+    records: Sequence[ForecastRecord | UnscoredForecast],
+    *,
+    reference_agents: Collection[str] = (),
 ) -> dict[tuple[Forecaster, str], Eligibility]:
     """The 5% rule per forecaster and round: ForecastBench tests each forecast file (one
     forecaster, one due date) on its own."""
-    by_round: dict[str, list[ForecastRecord]] = {}
+    by_round: dict[str, list[Any]] = {}
     for r in records:
         by_round.setdefault(question_round(r), []).append(r)
     return {
@@ -255,13 +295,18 @@ def round_eligibility(
 
 
 def forecastbench_leaderboard(
-    records: Iterable[ForecastRecord], *, reference_agents: Collection[str] = ()
+    records: Iterable[ForecastRecord],
+    *,
+    reference_agents: Collection[str] = (),
+    open_markets: OpenMarkets | None = None,
 ) -> ForecastBenchLeaderboard:
     """ForecastBench's leaderboard over the forecasts of imported ForecastBench questions in
     `records` (others are ignored): one row per (agent, version), sorted. `reference_agents`
-    are baselines, exempt from the 5% rule as ForecastBench's own are."""
+    are baselines, exempt from the 5% rule as ForecastBench's own are; the rule also counts the
+    forecasts of the `open_markets` (imported market questions not yet resolved)."""
     fb = _with_missing_imputed([r for r in records if forecastbench_kind(r.source) is not None])
-    verdicts = round_eligibility(fb, reference_agents=reference_agents)
+    unscored = _open_market_rows(fb, open_markets or {})
+    verdicts = round_eligibility([*fb, *unscored], reference_agents=reference_agents)
     scored: dict[str, dict[Forecaster, list[ForecastRecord]]] = {k: {} for k in KINDS}
     for r in fb:
         scored[str(forecastbench_kind(r.source))].setdefault(

@@ -7,7 +7,8 @@ as ForecastBench imputes a missing forecast, and ForecastBench's 5% rule flags a
 too many (baselines exempt); choice and numeric rollouts that did not parse are left out (their
 reward says it). Annulled questions and questions still open are left out. Forecasts of
 imported ForecastBench questions also get ForecastBench's leaderboard (futureworld.leaderboard:
-difficulty-adjusted Brier over every forecaster present, the Brier Index). Choice and numeric
+difficulty-adjusted Brier over every forecaster present, the Brier Index; its 5% rule also counts
+the forecasts of market questions still open, as ForecastBench's does). Choice and numeric
 answers are read without token arrays (storage's rollout_answers); a choice rollout is scored
 from its stored probability vector (Trajectory.probabilities).
 
@@ -49,7 +50,8 @@ from futureworld.evaluation_kinds import (
     score_choice_forecasts,
     score_numeric_forecasts,
 )
-from futureworld.leaderboard import ForecastBenchLeaderboard, forecastbench_leaderboard
+from futureworld.imputation import forecastbench_kind
+from futureworld.leaderboard import ForecastBenchLeaderboard, OpenMarkets, forecastbench_leaderboard
 from storage.engine import session_scope
 from storage.repositories.agents import list_agents
 from storage.repositories.questions import (
@@ -131,6 +133,39 @@ def forecast_records(
     return records
 
 
+def open_market_forecasts(
+    ctx: PipelineContext, agent_names: Sequence[str] | None = None, *, round: date | None = None
+) -> OpenMarkets:
+    """Every imported ForecastBench market question without an outcome revealed by `ctx.as_of`
+    (still open), with the imputed share of each agent version's forecast of it made by then
+    (its latest): what ForecastBench's 5% rule counts besides the scored forecasts."""
+    as_of = ctx.as_of
+    wanted = None if not agent_names else set(agent_names)
+    with session_scope(ctx.engine) as session:
+        scope = None if round is None else round_question_ids(session, round)
+        outcomes = latest_outcomes(session, as_of=as_of)
+        questions = {
+            q.id: q
+            for q in list_questions(session)
+            if forecastbench_kind(q.source) == "market"
+            and q.id not in outcomes
+            and (scope is None or q.id in scope)
+        }
+        shares: dict[tuple[str, str], dict[tuple[str, int | None], float]] = {
+            (q.source, q.external_id): {} for q in questions.values()
+        }
+        for agent in list_agents(session):
+            if wanted is not None and agent.name not in wanted:
+                continue
+            for group in forecast_groups(session, agent.id):
+                question = questions.get(group.question_id)
+                if question is not None and _made_by(group.as_of, as_of):
+                    _, filled, imputed = question_forecast(group.answers)
+                    key = (agent.name, group.policy_version)
+                    shares[(question.source, question.external_id)][key] = imputed / len(filled)
+    return shares
+
+
 def baseline_agents(ctx: PipelineContext) -> set[str]:
     """Names of the baseline agents: the reference forecasters the 5% rule exempts."""
     with session_scope(ctx.engine) as session:
@@ -208,7 +243,11 @@ def evaluate(
     return Evaluation(
         records=records,
         rows=score_forecasts(records, reference_agents=baselines),
-        forecastbench=forecastbench_leaderboard(records, reference_agents=baselines),
+        forecastbench=forecastbench_leaderboard(
+            records,
+            reference_agents=baselines,
+            open_markets=open_market_forecasts(ctx, agent_names, round=round),
+        ),
         choice_records=choice,
         choice_rows=score_choice_forecasts(choice),
         numeric_records=numeric,

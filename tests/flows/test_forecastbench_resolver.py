@@ -117,18 +117,21 @@ def our_sources(evaluated: dict[str, Any], agent: str) -> dict[str, tuple[int, f
     }
 
 
-def full_file(crowd: dict[str, Any]) -> dict[str, Any]:
-    """A submission of every entry: the crowd's market forecasts, and seeded forecasts of every
-    dataset question at every resolution date, written by our exporter's `forecast_file`."""
+def full_file(market_p: dict[tuple[str, str], float] | None = None) -> dict[str, Any]:
+    """A submission of every entry, written by our exporter's `forecast_file`: `market_p` for
+    the market questions (else seeded forecasts), and seeded forecasts of every dataset
+    question at every resolution date."""
     question_set = json.loads(QUESTIONS.read_text())
-    forecasts: dict[tuple[str, str, date | None], float] = {
-        (f["source"], f["id"], None): f["forecast"] for f in crowd["forecasts"]
-    }
     rng = random.Random(25)
+    forecasts: dict[tuple[str, str, date | None], float] = {}
     for record in question_set["questions"]:
-        if record["resolution_dates"] != "N/A":
+        source, upstream_id = record["source"], record["id"]
+        if record["resolution_dates"] == "N/A":
+            p = market_p[(source, upstream_id)] if market_p else round(rng.uniform(0.02, 0.98), 3)
+            forecasts[(source, upstream_id, None)] = p
+        else:
             for day in record["resolution_dates"]:
-                key = (record["source"], record["id"], date.fromisoformat(day[:10]))
+                key = (source, upstream_id, date.fromisoformat(day[:10]))
                 forecasts[key] = round(rng.uniform(0.02, 0.98), 3)
     who = Submission(organization="Outside", model="seeded", model_organization="Outside")
     return forecast_file(question_set, forecasts, who)
@@ -185,7 +188,7 @@ def test_evaluate_scores_a_forecast_file_as_forecastbenchs_resolver_does(
     db_url: str, tmp_path: Path
 ) -> None:
     crowd = crowd_file(db_url, tmp_path)
-    full = full_file(crowd)
+    full = full_file({(f["source"], f["id"]): f["forecast"] for f in crowd["forecasts"]})
     evaluated = import_and_evaluate(db_url, tmp_path, {"outside": full})
     headline = {h["agent"]: h for h in evaluated["forecastbench"]}
 
@@ -209,8 +212,9 @@ def test_evaluate_scores_a_forecast_file_as_forecastbenchs_resolver_does(
     external = {k: crowd[k] for k in ("organization", "model", "model_organization")}
     assert forecastbench_entry(processed, external) is None
 
-    # (b) A file of every entry, imported as an outside agent: their resolver and leaderboard
-    # take it whole (nothing imputed) and give the scores evaluate gives the imported agent.
+    # (b) A file of every entry (the crowd's markets), imported as an outside agent: their
+    # resolver and leaderboard take it whole (nothing imputed) and give the scores evaluate
+    # gives the imported agent.
     processed = forecastbench_resolve(full)
     assert len(processed) == 1208 and not any(r["imputed"] for r in processed)
     who = {k: full[k] for k in ("organization", "model", "model_organization")}
@@ -229,7 +233,10 @@ def test_evaluate_scores_a_forecast_file_as_forecastbenchs_resolver_does(
 def test_imputation_and_the_5pct_rule_agree_with_forecastbenchs_code(
     db_url: str, tmp_path: Path
 ) -> None:
-    full = full_file(crowd_file(db_url, tmp_path))
+    cli(
+        "import", "forecastbench", str(QUESTIONS), "--resolutions", str(RESOLUTIONS), "--db", db_url
+    )
+    full = full_file()
     keys = entry_keys(full)
     assert {k: len(v) for k, v in keys.items()} == {
         "resolved market": 112, "open market": 119, "resolved dataset": 977
@@ -239,8 +246,8 @@ def test_imputation_and_the_5pct_rule_agree_with_forecastbenchs_code(
     files = {
         "under": without(full, {*keys["resolved market"][:5], *keys["resolved dataset"][:48]}),
         "over": without(full, set(keys["resolved dataset"][-49:])),
-        # Where the rule departs (docs/backtest.md): ForecastBench tests the markets of the file
-        # resolved or not, evaluate only the resolved ones it scores.
+        # The rule tests every market of the file, resolved or not: 6 of 231 is under (6 of the
+        # 112 scored would be over), and 12 of the open ones, never scored, are over.
         "sparse": without(full, set(keys["resolved market"][:6])),
         "open": without(full, set(keys["open market"][:12])),
     }
@@ -262,8 +269,9 @@ def test_imputation_and_the_5pct_rule_agree_with_forecastbenchs_code(
     assert verdicts == {
         "under": ("eligible", True, 53),
         "over": ("ineligible", False, 49),
-        "sparse": ("ineligible", True, 6),  # 6/112 = 5.4% here, 6/231 = 2.6% there
-        "open": ("eligible", False, 12),  # unscored: 0 imputed here, 12/231 = 5.2% there
+        "sparse": ("eligible", True, 6),
+        "open": ("ineligible", False, 12),
     }
+    # the imputed count is of the scored rows, as on their leaderboard
     assert headline["under"]["imputed"] == 53 and headline["open"]["imputed"] == 0
     assert math.isclose(headline["over"]["imputed_share"], 49 / 1089, abs_tol=TOL)
