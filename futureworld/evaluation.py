@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import numpy as np
@@ -134,13 +135,22 @@ class ScoreRow:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict; `domain` and `round` appear only when the table is grouped by them."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["brier_ci"] = list(self.brier_ci) if self.brier_ci is not None else None
-        out["eligibility"] = None if self.eligibility is None else str(self.eligibility)
-        for optional in ("domain", "round"):
-            if out[optional] is None:
-                del out[optional]
-        return out
+        return row_as_dict(self)
+
+
+def row_as_dict(row: Any) -> dict[str, Any]:
+    """A score row of any kind as a JSON-ready dict: tuples as lists, enums as their values,
+    and `domain` and `round` only when the table is grouped by them."""
+    out = {f.name: getattr(row, f.name) for f in fields(row)}
+    for name, value in out.items():
+        if isinstance(value, tuple):
+            out[name] = list(value)
+        elif isinstance(value, StrEnum):
+            out[name] = str(value)
+    for optional in ("domain", "round"):
+        if out[optional] is None:
+            del out[optional]
+    return out
 
 
 def _skill(p: np.ndarray, y: np.ndarray, reference: list[float | None]) -> float | None:

@@ -12,8 +12,8 @@ skill vs the crowd's quantiles where the source gave them. Grouping is evaluatio
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from futureworld import scoring, scoring_choice, scoring_numeric
 from futureworld.domain import QUANTILE_LEVELS, Question, QuestionKind
-from futureworld.evaluation import group_records, score_cell
+from futureworld.evaluation import group_records, row_as_dict, score_cell
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,7 +151,7 @@ class ChoiceScoreRow:
     kind: str = QuestionKind.CHOICE.value
 
     def as_dict(self) -> dict[str, Any]:
-        return _as_dict(self)
+        return row_as_dict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,18 +178,7 @@ class NumericScoreRow:
     kind: str = QuestionKind.NUMERIC.value
 
     def as_dict(self) -> dict[str, Any]:
-        return _as_dict(self)
-
-
-def _as_dict(row: ChoiceScoreRow | NumericScoreRow) -> dict[str, Any]:
-    out = {f.name: getattr(row, f.name) for f in fields(row)}
-    for name, value in out.items():
-        if isinstance(value, tuple):
-            out[name] = list(value)
-    for optional in ("domain", "round"):
-        if out[optional] is None:
-            del out[optional]
-    return out
+        return row_as_dict(self)
 
 
 def _ci(values: np.ndarray, n_bootstrap: int, seed: int) -> tuple[float, float] | None:
@@ -270,36 +259,6 @@ def score_numeric_group(
     }
 
 
-def score_choice_forecasts(
-    records: Iterable[ChoiceForecastRecord],
-    *,
-    by: Sequence[str] = ("agent", "policy_version", "source"),
-    include_overall: bool = True,
-    n_bootstrap: int = 1000,
-    seed: int = 0,
-) -> list[ChoiceScoreRow]:
-    """One ChoiceScoreRow per group, grouped as evaluation.score_forecasts groups."""
-    return [
-        ChoiceScoreRow(**named, **score_choice_group(members, n_bootstrap=n_bootstrap, seed=seed))
-        for named, members in group_records(records, by=by, include_overall=include_overall)
-    ]
-
-
-def score_numeric_forecasts(
-    records: Iterable[NumericForecastRecord],
-    *,
-    by: Sequence[str] = ("agent", "policy_version", "source"),
-    include_overall: bool = True,
-    n_bootstrap: int = 1000,
-    seed: int = 0,
-) -> list[NumericScoreRow]:
-    """One NumericScoreRow per group, grouped as evaluation.score_forecasts groups."""
-    return [
-        NumericScoreRow(**named, **score_numeric_group(members, n_bootstrap=n_bootstrap, seed=seed))
-        for named, members in group_records(records, by=by, include_overall=include_overall)
-    ]
-
-
 CHOICE_COLUMNS = (
     "n",
     "brier",
@@ -321,11 +280,88 @@ NUMERIC_COLUMNS = (
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class KindScoring:
+    """How one non-binary kind's forecasts are scored: the row a group becomes, the group's
+    metrics (the row's fields) and the row's columns in table order."""
+
+    row: type[ChoiceScoreRow] | type[NumericScoreRow]
+    score_group: Callable[..., dict[str, Any]]
+    columns: tuple[str, ...]
+
+
+KIND_SCORING: dict[QuestionKind, KindScoring] = {
+    QuestionKind.CHOICE: KindScoring(
+        row=ChoiceScoreRow, score_group=score_choice_group, columns=CHOICE_COLUMNS
+    ),
+    QuestionKind.NUMERIC: KindScoring(
+        row=NumericScoreRow, score_group=score_numeric_group, columns=NUMERIC_COLUMNS
+    ),
+}
+"""The non-binary kinds' scoring (binary forecasts are evaluation.py's ScoreRow)."""
+
+
+def score_kind_forecasts(
+    kind: QuestionKind,
+    records: Iterable[ChoiceForecastRecord] | Iterable[NumericForecastRecord],
+    *,
+    by: Sequence[str] = ("agent", "policy_version", "source"),
+    include_overall: bool = True,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> list[Any]:
+    """One row of the kind's KIND_SCORING per group, grouped as evaluation.score_forecasts
+    groups."""
+    rules = KIND_SCORING[kind]
+    return [
+        rules.row(**named, **rules.score_group(members, n_bootstrap=n_bootstrap, seed=seed))
+        for named, members in group_records(records, by=by, include_overall=include_overall)
+    ]
+
+
+def score_choice_forecasts(
+    records: Iterable[ChoiceForecastRecord],
+    *,
+    by: Sequence[str] = ("agent", "policy_version", "source"),
+    include_overall: bool = True,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> list[ChoiceScoreRow]:
+    """score_kind_forecasts of choice records: one ChoiceScoreRow per group."""
+    return score_kind_forecasts(
+        QuestionKind.CHOICE,
+        records,
+        by=by,
+        include_overall=include_overall,
+        n_bootstrap=n_bootstrap,
+        seed=seed,
+    )
+
+
+def score_numeric_forecasts(
+    records: Iterable[NumericForecastRecord],
+    *,
+    by: Sequence[str] = ("agent", "policy_version", "source"),
+    include_overall: bool = True,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> list[NumericScoreRow]:
+    """score_kind_forecasts of numeric records: one NumericScoreRow per group."""
+    return score_kind_forecasts(
+        QuestionKind.NUMERIC,
+        records,
+        by=by,
+        include_overall=include_overall,
+        n_bootstrap=n_bootstrap,
+        seed=seed,
+    )
+
+
 def kind_table_markdown(rows: Sequence[ChoiceScoreRow] | Sequence[NumericScoreRow]) -> str:
     """A markdown table of choice or numeric score rows ("all" where a group field pools)."""
     if not rows:
         return ""
-    metric_cols = list(CHOICE_COLUMNS if isinstance(rows[0], ChoiceScoreRow) else NUMERIC_COLUMNS)
+    metric_cols = list(KIND_SCORING[QuestionKind(rows[0].kind)].columns)
     group_cols = ["agent", "policy_version", "source"]
     group_cols += [c for c in ("domain", "round") if any(getattr(r, c) is not None for r in rows)]
     lines = [
