@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -21,8 +21,9 @@ from flows.cli.common import (
     write_output,
 )
 from flows.cli.history import RoundOption, round_date
+from flows.cli.progress import Reporter, progress_report
 from flows.stages.serving import ServeReport
-from flows.stages.training import TrainOptions
+from flows.stages.training import TrainOptions, TrainProgress
 from flows.tracking import ReportTo
 from futureworld.domain import VersionStatus
 from futureworld.evaluation_kinds import (
@@ -79,13 +80,22 @@ def train_command(
     ] = None,
     kl_coef: Annotated[float | None, typer.Option(help="Short for --set kl_coef=C.")] = None,
     kl_reference: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=0,
-            help="Registered version the KL penalty anchors to: 0 (the base model) or a later "
-            "full model, e.g. the supervised warm start.",
+            help="Registered version the KL penalty anchors to: 0 (the base model, the "
+            "default) or a later full model, e.g. the supervised warm start.",
         ),
     ] = TrainOptions.model_fields["kl_reference"].default,
+    kl_trail: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Anchor the KL penalty to the promoted version K promotions before the "
+            "update's base (rejected versions skipped; the oldest promoted one when the "
+            "lineage is shorter), found again at every update. Not with --kl-reference.",
+        ),
+    ] = TrainOptions.model_fields["kl_trail"].default,
     max_groups: Annotated[int | None, typer.Option(help="Replay at most this many groups.")] = None,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
     reuse: Annotated[
@@ -141,8 +151,12 @@ def train_command(
     held out; 0: no gate).
     Every training setting is a TrainConfig field, set by --config FILE.toml and --set
     name=value (defaults: TrainConfig's)."""
-    from flows.stages.lineage import LineageError, check_update
-    from flows.stages.train_options import TrainConfigError, config_with_overrides
+    from flows.stages.lineage import LineageError, check_update, kl_anchor
+    from flows.stages.train_options import (
+        KL_ANCHOR_CLASH,
+        TrainConfigError,
+        config_with_overrides,
+    )
     from flows.stages.training import (
         replay_and_train,
         sft_trajectories_from_jsonl,
@@ -162,10 +176,13 @@ def train_command(
         config = config_with_overrides(TrainConfig(), sets=sets, toml=config_file)
     except TrainConfigError as error:
         raise UserError(str(error)) from None
+    if kl_reference is not None and kl_trail is not None:
+        raise UserError(KL_ANCHOR_CLASH.format(kl_reference, kl_trail))
     options = TrainOptions(
         config=config,
         lora=lora,
         kl_reference=kl_reference,
+        kl_trail=kl_trail,
         max_groups=max_groups,
         reuse=reuse,
         fresh_optimizer=fresh_optimizer,
@@ -178,15 +195,23 @@ def train_command(
         require_agent(ctx, agent)
         try:
             learner = ctx.agent(agent)
-            check_update(
-                learner, ctx.current_version(learner), kl_reference=kl_reference, lora=lora
+            current = ctx.current_version(learner)
+            anchor = kl_anchor(
+                ctx, learner, current, kl_reference=kl_reference, kl_trail=kl_trail, lora=lora
             )
-            if sft:
-                assert from_jsonl is not None
-                trajectories = sft_trajectories_from_jsonl(ctx, agent, from_jsonl)
-                report = supervised_finetune(ctx, agent, trajectories, options)
-            else:
-                report = replay_and_train(ctx, agent, options, resume_from=resume)
+            check_update(learner, current, kl_reference=anchor, lora=lora)
+            with progress_report(console, f"train {agent}") as progress:
+                on_progress = _step_reporter(progress, f"train {agent}")
+                if sft:
+                    assert from_jsonl is not None
+                    trajectories = sft_trajectories_from_jsonl(ctx, agent, from_jsonl)
+                    report = supervised_finetune(
+                        ctx, agent, trajectories, options, on_progress=on_progress
+                    )
+                else:
+                    report = replay_and_train(
+                        ctx, agent, options, resume_from=resume, on_progress=on_progress
+                    )
         except LineageError as error:  # a version or checkpoint named by the caller
             raise UserError(str(error)) from None
         if report is not None:  # the next predict samples the new version
@@ -213,6 +238,31 @@ def train_command(
         markup=False,
         highlight=False,
     )
+
+
+LOG_LINES_PER_UPDATE = 10
+"""Outside a terminal, a train step is worth a line of its own at each tenth of the steps
+(the heartbeat covers the silence between)."""
+
+
+def _step_reporter(progress: Reporter, description: str) -> TrainProgress:
+    """An update's on_progress that keeps `progress` at steps done / planned with the step's
+    loss; a new description (a log line at once) at each tenth of the steps."""
+    shown = -1
+
+    def on_progress(done: int, total: int, metrics: Mapping[str, float]) -> None:
+        nonlocal shown
+        tenth = LOG_LINES_PER_UPDATE * done // max(total, 1)
+        new_line = tenth != shown
+        shown = tenth
+        progress.update(
+            description=f"{description}: step {done}" if new_line else None,
+            completed=done,
+            total=total,
+            note=f"loss {metrics['loss']:.4f}, kl_prox {metrics.get('kl_prox', 0.0):.4f}",
+        )
+
+    return on_progress
 
 
 def serve_command(

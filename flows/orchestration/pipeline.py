@@ -130,6 +130,15 @@ class StageProgress:
         if self._id is not None:
             self._show(min(99, int(100 * self.done / self.total)))
 
+    def reach(self, done: int, total: int) -> None:
+        """`done` of `total` units complete: for a stage that learns its total as it goes
+        (an update's planned optimiser steps come with its first step)."""
+        if self._id is None:
+            self.start(total)
+        self.total, self.done = total, done
+        if self._id is not None:
+            self._show(min(99, int(100 * done / total)))
+
     def finish(self) -> None:
         """The stage returned: its work is done (a total counts what it might have had to do,
         e.g. groups another worker completed first)."""
@@ -200,7 +209,12 @@ def provisional_task(ctx: PipelineContext, agent: str, reward_fn: RewardFn) -> P
     name="replay-and-train", task_run_name="train-{agent}", tags=[TRAIN_TAG], cache_policy=NO_CACHE
 )
 def train_task(ctx: PipelineContext, agent: str, options: TrainOptions) -> TrainReport | None:
-    return _said(f"train {agent}", replay_and_train(ctx, agent, options))
+    progress = StageProgress(f"train {agent}: optimiser steps done")
+    report = replay_and_train(
+        ctx, agent, options, on_progress=lambda done, total, _m: progress.reach(done, total)
+    )
+    progress.finish()
+    return _said(f"train {agent}", report)
 
 
 @task(

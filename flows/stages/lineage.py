@@ -6,7 +6,8 @@ newest; an explicit resume names another registered checkpoint of the agent (a p
 not one, or whose files no longer match its recorded sha256, is refused), which then is the
 parent, the update's π_prox and the version staleness is measured against. A KL penalty
 anchors to the agent's base model, version 0, unless the update names another registered full
-model (e.g. the supervised warm start); for LoRA it is always the base under the adapter.
+model (e.g. the supervised warm start) or a trailing anchor, the promoted version k promotions
+before its base (`kl_anchor`); for LoRA it is always the base under the adapter.
 A baseline agent (crowd, base rate, uniform) has no policy, so nothing of it is trained.
 An update that does not say whether it trains a LoRA adapter continues its parent's kind, and
 from the base model trains an adapter for an agent on a vLLM server (`lora_for`).
@@ -14,14 +15,16 @@ from the base model trains an adapter for an agent on a vLLM server (`lora_for`)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from flows.context import PipelineContext
-from futureworld.domain import Agent, BackendKind, PolicyVersion
+from flows.stages.train_options import KL_ANCHOR_CLASH
+from futureworld.domain import Agent, BackendKind, PolicyVersion, VersionStatus
 from futureworld.policy.base import is_lora_adapter
 from futureworld.rl.config import Estimator, TrainConfig
 from storage.engine import session_scope
-from storage.repositories.agents import get_policy_version
+from storage.repositories.agents import get_policy_version, list_policy_versions
 
 
 class LineageError(ValueError):
@@ -102,6 +105,51 @@ def _check_reference(agent: Agent, current: PolicyVersion, version: int, *, lora
         raise LineageError(
             f"KL reference v{version}: {agent.name} has versions v0–v{current.version}"
         )
+
+
+def trailing_reference(versions: Sequence[PolicyVersion], base: int, trail: int) -> int:
+    """The version `trail` promotions before `base` along its parents: the list of `base`
+    then its promoted ancestors, nearest first (a rejected or candidate ancestor is skipped:
+    it never served), at index `trail`, or its last, the oldest promoted ancestor, when the
+    lineage is shorter. `versions` are the agent's registered versions."""
+    by_number = {v.version: v for v in versions}
+    if base not in by_number:
+        raise LineageError(f"v{base} is not a registered version")
+    chain = [base]
+    parent = by_number[base].parent_version
+    while parent is not None:
+        ancestor = by_number[parent]
+        if ancestor.status is VersionStatus.PROMOTED:
+            chain.append(ancestor.version)
+        parent = ancestor.parent_version
+    return chain[min(trail, len(chain) - 1)]
+
+
+def kl_anchor(
+    ctx: PipelineContext,
+    agent: Agent,
+    base: PolicyVersion,
+    *,
+    kl_reference: int | None,
+    kl_trail: int | None,
+    lora: bool,
+) -> int:
+    """The version an update of `base` anchors its KL penalty to: `kl_reference` when named;
+    with `kl_trail`, `trailing_reference` of the agent's lineage now (so each update's anchor
+    moves with the policy); otherwise the base model, version 0. Both named, or a trailing
+    anchor for LoRA (whose reference is always the base under the adapter): LineageError."""
+    if kl_trail is None:
+        return 0 if kl_reference is None else kl_reference
+    if kl_reference is not None:
+        raise LineageError(KL_ANCHOR_CLASH.format(kl_reference, kl_trail))
+    if lora:
+        raise LineageError(
+            f"kl_trail={kl_trail} with LoRA: a LoRA update's KL reference is the base under "
+            "its adapter (version 0); train all weights to anchor to a trailing version"
+        )
+    with session_scope(ctx.engine) as session:
+        versions = list_policy_versions(session, agent.id)
+    return trailing_reference(versions, base.version, kl_trail)
 
 
 def reference_version(

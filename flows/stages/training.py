@@ -36,7 +36,7 @@ import importlib.metadata
 import logging
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +45,7 @@ from flows.context import PipelineContext
 from flows.stages.lineage import (
     check_update,
     continued_optimizer,
+    kl_anchor,
     lora_for,
     model_and_adapter,
     reference_version,
@@ -126,6 +127,11 @@ SUPERVISED = "supervised fine-tuning: served as trained"
 STEP_FLUSH_EVERY = 25
 """Per-step metrics are written in batches of this many steps (and at the end)."""
 
+TrainProgress = Callable[[int, int, Mapping[str, float]], None]
+"""on_progress(steps done, steps planned, the step's metrics): after every optimiser step of
+the update (with `nproc` > 1, after the ranks finish: torchrun reports rank 0's steps then).
+An early stop (max_kl_prox) ends before the planned steps."""
+
 
 def code_version() -> dict[str, str | None]:
     """The project's version and, in a git checkout, its commit: recorded with every training
@@ -167,12 +173,15 @@ def _run_update(
     status_reason: str = "",
     report_to: ReportTo | None = None,
     judge: Callable[[PolicyVersion], GateReport | None] | None = None,
+    on_progress: TrainProgress | None = None,
 ) -> tuple[TrainingRun, TrainResult, PolicyVersion, GateReport | None]:
     """Trains `parent` (default: `current`, the served version) into the version after the
     agent's newest registered one (a rejected version keeps its number), registered with
-    `status`; a KL penalty anchors to version `kl_version`. Its steps and summary go to the
+    `status`; a KL penalty anchors to version `kl_version` (recorded in the run's config as
+    `reference_version`, its checkpoint as `reference`). Its steps and summary go to the
     database and to the tracker (`report_to`, default the settings' FW_REPORT_TO); `judge`
-    gates the registered version and its verdict goes to the tracker too (under eval/)."""
+    gates the registered version and its verdict goes to the tracker too (under eval/);
+    `on_progress` hears of every step."""
     from futureworld.rl.launch import train
 
     engine = ctx.engine
@@ -186,6 +195,7 @@ def _run_update(
     run_config = {
         **run_config,
         "reference": None if reference is None else str(reference),
+        "reference_version": None if reference is None else kl_version,
         "code": code_version(),
     }
     run = run_transaction(
@@ -211,6 +221,7 @@ def _run_update(
     )
 
     pending: list[TrainStep] = []
+    done = 0
 
     def flush_steps() -> None:
         run_transaction(
@@ -219,6 +230,7 @@ def _run_update(
         pending.clear()
 
     def on_step(step: int, metrics: dict[str, float]) -> None:
+        nonlocal done
         # Buffered, so the training loop does not pay a database commit per step.
         pending.append(
             TrainStep(training_run_id=run.id, step=step, loss=metrics["loss"], metrics=metrics)
@@ -227,6 +239,9 @@ def _run_update(
             flush_steps()
         # x-axis: the agent's optimiser steps across its updates, so curves continue
         log_update_step(tracker, steps_before + step, metrics)
+        done += 1
+        if on_progress is not None:
+            on_progress(done, int(metrics["steps_planned"]), metrics)
 
     if nproc == 1:
         # In this process: its torch threads are the cores it may use. torchrun's ranks set
@@ -304,6 +319,7 @@ def replay_and_train(
     options: TrainOptions,
     *,
     resume_from: Path | None = None,
+    on_progress: TrainProgress | None = None,
 ) -> TrainReport | None:
     """Train `agent_name`'s newest policy on its completed, unconsumed groups (oldest first),
     on outcomes revealed by `ctx.as_of` only (a past-dated run never trains on its future).
@@ -312,7 +328,8 @@ def replay_and_train(
     The AdamW state of the newest version carries over when it was an RL update of the same
     kind (`continued_optimizer`), unless `options.fresh_optimizer` or an explicit
     `resume_from` is given. `resume_from` must be a registered checkpoint of the agent: the
-    update trains from it and records it as the new version's parent.
+    update trains from it and records it as the new version's parent. `on_progress` hears of
+    every optimiser step (`TrainProgress`).
     """
     agent = ctx.agent(agent_name)
     gate = gate_options(ctx)
@@ -323,7 +340,10 @@ def replay_and_train(
         current if resume_from is None else registered_version(ctx, agent, current, resume_from)
     )
     lora = lora_for(agent, parent, options.lora)
-    check_update(agent, current, kl_reference=options.kl_reference, lora=lora)
+    kl_version = kl_anchor(
+        ctx, agent, parent, kl_reference=options.kl_reference, kl_trail=options.kl_trail, lora=lora
+    )
+    check_update(agent, current, kl_reference=kl_version, lora=lora)
     check_servable(ctx, agent, lora=lora)
     config = options.train_config(device=ctx.settings.device, lora=lora)
     held_out = (
@@ -368,6 +388,7 @@ def replay_and_train(
         "reward_fn": str(config.reward_fn),
         "kind_rewards": [str(fn) for fn in options.kind_rewards],
         "validation_fraction": 0.0 if gate is None else gate.validation_fraction,
+        "kl_trail": options.kl_trail,
     }
 
     def consume(session: Any, run_id: int) -> None:
@@ -387,11 +408,12 @@ def replay_and_train(
         parent=parent,
         resume_from=resume_from,
         nproc=options.nproc,
-        kl_version=options.kl_reference,
+        kl_version=kl_version,
         status=VersionStatus.PROMOTED if gate is None else VersionStatus.CANDIDATE,
         status_reason=GATE_OFF if gate is None else "",
         report_to=options.report_to,
         judge=None if gate is None else lambda v: _gate(ctx, agent.name, v.version, gate),
+        on_progress=on_progress,
     )
     return TrainReport(
         training_run_id=run.id,
@@ -470,12 +492,18 @@ def supervised_finetune(
     agent_name: str,
     trajectories: Sequence[Trajectory],
     options: TrainOptions,
+    *,
+    on_progress: TrainProgress | None = None,
 ) -> TrainReport:
-    """SFT on given trajectories (warm start, distillation): weight 1 on mask-1 tokens."""
+    """SFT on given trajectories (warm start, distillation): weight 1 on mask-1 tokens;
+    `on_progress` hears of every optimiser step."""
     agent = ctx.agent(agent_name)
     current = ctx.current_version(agent)
     lora = lora_for(agent, current, options.lora)
-    check_update(agent, current, kl_reference=options.kl_reference, lora=lora)
+    kl_version = kl_anchor(
+        ctx, agent, current, kl_reference=options.kl_reference, kl_trail=options.kl_trail, lora=lora
+    )
+    check_update(agent, current, kl_reference=kl_version, lora=lora)
     check_servable(ctx, agent, lora=lora)
     config = options.with_config(estimator=Estimator.SFT).train_config(
         device=ctx.settings.device, lora=lora
@@ -490,8 +518,10 @@ def supervised_finetune(
         run_config=run_config,
         on_registered=lambda session, run_id: None,
         nproc=options.nproc,
+        kl_version=kl_version,
         status_reason=SUPERVISED,
         report_to=options.report_to,
+        on_progress=on_progress,
     )
     return TrainReport(
         training_run_id=run.id,

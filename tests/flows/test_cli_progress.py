@@ -1,5 +1,6 @@
 """Progress of long CLI work: in a terminal a bar with done/total, percentage and ETA; in a
-log a line per step and a heartbeat line at least every heartbeat_s, with the same figures."""
+log a line per step and a heartbeat line at least every heartbeat_s, with the same figures;
+`train` reports its optimiser steps done of planned."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import io
 import time
 
 from rich.console import Console
+from typer.testing import CliRunner
 
+from flows.cli import app
 from flows.cli.progress import progress_report
 
 
@@ -48,3 +51,23 @@ def test_a_terminal_shows_a_bar_with_done_total_percentage_and_eta():
     text = buffer.getvalue()
     assert "backtest tiny" in text and "2/8" in text and "25%" in text
     assert "ETA" in text and "v3" in text
+
+
+def test_train_outside_a_terminal_prints_its_steps_done_of_planned(
+    db_url: str, scored_tiny_agent, tmp_path
+):
+    scored_tiny_agent(db_url, tmp_path)
+    result = CliRunner().invoke(
+        app,
+        ["train", "--agent", "tiny", "--set", "groups_per_step=1", "--db", db_url],
+        env={"FW_DATA_DIR": str(tmp_path), "FW_VALIDATION_FRACTION": "0"},
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "] train tiny" in lines[0]  # before the first step
+    # three groups, one a step: a line at each tenth, the done/planned count, then the end
+    for done in (1, 2, 3):
+        share = f"{done / 3:.0%}"
+        assert any(f"train tiny: step {done} {done}/3 ({share})" in line for line in lines), lines
+    assert any("ETA" in line and ", loss " in line for line in lines)
+    assert any("v0 → v1 on 9 rollouts (3 groups" in line for line in lines)

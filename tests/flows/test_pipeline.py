@@ -365,6 +365,15 @@ def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
     training = _latest_artifact(artifact_key("training", "tiny")).data
     assert "v0 → v1" in training and "kl_behaviour" in training
     assert list((tmp_path / "reports").glob("training-tiny-*.png"))
+    # the train task reported its optimiser steps as a progress artifact, done at the end
+    with get_client(sync_client=True) as client:
+        progress = client.read_artifacts(
+            artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["progress"])),
+            sort=ArtifactSort.CREATED_DESC,
+            limit=50,
+        )
+    trained = [a for a in progress if a.description == "train tiny: optimiser steps done"]
+    assert trained and trained[0].data == 100.0, [a.data for a in trained]  # newest
     # the promotion gate ran (no held-out question resolved: q0–q2 lie outside the 10%
     # slice); the dashboard, last published by the cycle's evaluate, shows v1's verdict, its
     # update's health and both versions' live scores
