@@ -4,6 +4,7 @@ local models."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from rich.table import Table
 
 from flows.cli.common import DbOption, UserError, cli_context, console
 from flows.cli.history import RoundOption
+from flows.cli.progress import Reporter, progress_report
 from futureworld.domain import Agent, BackendKind, GenerationSettings
 
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
@@ -30,6 +32,11 @@ def db_upgrade(db: DbOption = None) -> None:
 
     with cli_context(db) as ctx:
         console.print(f"database at revision [bold]{current_revision(ctx.engine)}[/bold]")
+
+
+def _reporting(progress: Reporter) -> Callable[[int, int], None]:
+    """An import's on_progress (done, total) keeping `progress` at done of total."""
+    return lambda done, total: progress.update(completed=done, total=total)
 
 
 @import_app.command("forecastbench")
@@ -70,13 +77,25 @@ def import_forecastbench(
     with cli_context(db) as ctx:
         try:
             if question_set.is_dir():
-                history = import_forecastbench_folder(ctx, question_set, round=round_date(round_))
+                with progress_report(console, f"import {question_set.name}: rounds") as progress:
+                    history = import_forecastbench_folder(
+                        ctx,
+                        question_set,
+                        round=round_date(round_),
+                        on_progress=_reporting(progress),
+                    )
                 reports = [(f"round {files.due}: ", r) for files, r in history.rounds]
                 errors = history.errors
             else:
-                reports = [
-                    ("", run_import(ctx, question_set, resolutions, round=round_date(round_)))
-                ]
+                with progress_report(console, f"import {question_set.name}: questions") as progress:
+                    report = run_import(
+                        ctx,
+                        question_set,
+                        resolutions,
+                        round=round_date(round_),
+                        on_progress=_reporting(progress),
+                    )
+                reports = [("", report)]
                 errors = []
         except ForecastBenchFormatError as error:
             raise UserError(f"import failed: {error}") from None
@@ -114,7 +133,8 @@ def import_articles(
 
     with cli_context(db) as ctx:
         try:
-            report = run_import(ctx, archive)
+            with progress_report(console, f"import {archive.name}: articles") as progress:
+                report = run_import(ctx, archive, on_progress=_reporting(progress))
         except ArchiveFormatError as error:
             raise UserError(f"import failed: {error}") from None
     console.print(

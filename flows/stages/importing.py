@@ -22,15 +22,20 @@ A news archive (JSONL or CSV, futureworld.sources.article_archive) is imported i
 in one transaction, its articles visible at their stated publication time; a refused row is
 reported by line and field and the other rows load; a re-import stores nothing new (articles
 are deduplicated by guid and by link). The import time is the context's instant (`as_of`).
+
+Progress (`on_progress(done, total)`): questions or articles written of the file's total, in
+chunks of WRITE_CHUNK inside the file's one transaction; rounds imported of a folder's total.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Any, TypeVar
 
 from flows.context import PipelineContext
 from futureworld.domain import Outcome
@@ -52,6 +57,28 @@ from storage.repositories.questions import (
     round_question_ids,
     upsert_questions,
 )
+
+R = TypeVar("R")
+ImportProgress = Callable[[int, int], None]
+"""on_progress(done, total): after each chunk written (or each round of a folder)."""
+WRITE_CHUNK = 500
+"""Rows a write statement holds (the repositories' own chunk): the step of an import's
+progress."""
+
+
+def _written_in_chunks(
+    items: Sequence[Any],
+    write: Callable[[Sequence[Any]], R],
+    on_progress: ImportProgress | None,
+) -> list[R]:
+    """`write` of each WRITE_CHUNK of `items` in turn (all inside the caller's transaction),
+    reporting the items written so far of all of them."""
+    results = []
+    for start in range(0, len(items), WRITE_CHUNK):
+        results.append(write(items[start : start + WRITE_CHUNK]))
+        if on_progress is not None:
+            on_progress(min(start + WRITE_CHUNK, len(items)), len(items))
+    return results
 
 
 @dataclass(frozen=True)
@@ -79,9 +106,11 @@ def import_forecastbench(
     resolution_set: Path | None = None,
     *,
     round: date | None = None,
+    on_progress: ImportProgress | None = None,
 ) -> ImportReport:
     """Import one question set, and its resolution set when given; with `round`, both must be
-    of that round (ForecastBenchFormatError otherwise, nothing written)."""
+    of that round (ForecastBenchFormatError otherwise, nothing written). `on_progress` hears
+    of the questions written of the set's total."""
     engine = ctx.engine
     questions = parse_question_set(read_file(question_set), str(question_set))
     resolutions = (
@@ -96,11 +125,13 @@ def import_forecastbench(
             )
     skipped = Counter(questions.skipped)
     with session_scope(engine) as session:
-        counts = upsert_questions(session, questions.questions)
-    if resolutions is None:
-        return ImportReport(
-            counts.inserted, counts.existing, 0, 0, len(questions.questions), skipped
+        parts = _written_in_chunks(
+            questions.questions, lambda chunk: upsert_questions(session, chunk), on_progress
         )
+    inserted = sum(part.inserted for part in parts)
+    existing = sum(part.existing for part in parts)
+    if resolutions is None:
+        return ImportReport(inserted, existing, 0, 0, len(questions.questions), skipped)
 
     skipped.update(resolutions.skipped)
     matches = match_resolutions(questions.questions, resolutions.rows)
@@ -120,8 +151,8 @@ def import_forecastbench(
         recorded = record_outcomes(session, outcomes)
     annulled = sum(1 for m in matches if m.value is None)
     return ImportReport(
-        questions_inserted=counts.inserted,
-        questions_existing=counts.existing,
+        questions_inserted=inserted,
+        questions_existing=existing,
         outcomes_recorded=len(recorded),
         annulled=annulled,
         still_open=len(questions.questions) - len(matches),
@@ -208,10 +239,15 @@ def find_rounds(folder: Path) -> tuple[list[RoundFiles], list[str]]:
 
 
 def import_forecastbench_folder(
-    ctx: PipelineContext, folder: Path, *, round: date | None = None
+    ctx: PipelineContext,
+    folder: Path,
+    *,
+    round: date | None = None,
+    on_progress: ImportProgress | None = None,
 ) -> HistoryReport:
     """Import every round in `folder` (only `round` when given), idempotently; a failing round
-    is reported, the others import."""
+    is reported, the others import. `on_progress` hears of the rounds done (imported or
+    failed) of the folder's total."""
     if not folder.is_dir():
         raise ForecastBenchFormatError(f"{folder}: not a folder")
     rounds, errors = find_rounds(folder)
@@ -226,13 +262,15 @@ def import_forecastbench_folder(
                 f"{', '.join(found) or 'none'})"
             )
     imported: list[tuple[RoundFiles, ImportReport]] = []
-    for files in rounds:
+    for done, files in enumerate(rounds, start=1):
         try:
             report = import_forecastbench(ctx, files.question_set, files.resolution_set)
         except (ForecastBenchFormatError, ValueError) as error:
             errors.append(f"round {files.due} ({files.question_set.name}): {error}")
-            continue
-        imported.append((files, report))
+        else:
+            imported.append((files, report))
+        if on_progress is not None:
+            on_progress(done, len(rounds))
     return HistoryReport(rounds=imported, errors=errors)
 
 
@@ -247,8 +285,11 @@ class ArticleImportReport:
     """One line per refused row: the file, its line number, the field and what was wrong."""
 
 
-def import_articles(ctx: PipelineContext, archive: Path) -> ArticleImportReport:
-    """Load a news archive into the corpus, visible at the stated publication times."""
+def import_articles(
+    ctx: PipelineContext, archive: Path, *, on_progress: ImportProgress | None = None
+) -> ArticleImportReport:
+    """Load a news archive into the corpus, visible at the stated publication times;
+    `on_progress` hears of the valid rows written of the file's total."""
     try:
         text = archive.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -257,7 +298,13 @@ def import_articles(ctx: PipelineContext, archive: Path) -> ArticleImportReport:
         raise ArchiveFormatError(f"{archive}: not UTF-8 text ({error})") from None
     parsed = parse_article_archive(text, str(archive), imported_at=ctx.as_of)
     with session_scope(ctx.engine) as session:
-        inserted = insert_articles(session, parsed.articles, visibility=Visibility.STATED)
+        inserted = sum(
+            _written_in_chunks(
+                parsed.articles,
+                lambda chunk: insert_articles(session, chunk, visibility=Visibility.STATED),
+                on_progress,
+            )
+        )
     return ArticleImportReport(
         rows=parsed.counts["rows"],
         inserted=inserted,
