@@ -388,10 +388,9 @@ def daily_cycle_flow(
 ) -> list[artifacts.StageSummary]:
     """harvest → resolve → backfill → per agent: train (agents with a trainable policy and ≥
     `train.min_groups` completed groups), serve the newest version, then predict, then
-    (estimator siop only) the provisional rewards of its unresolved groups → evaluate all
-    agents. A failing stage
-    is recorded in the summary artifact and the cycle goes on; the run fails at the end if
-    any stage did."""
+    (estimator provisional_consensus only) the provisional rewards of its unresolved groups
+    → evaluate all agents. A failing stage is recorded in the summary artifact and the cycle
+    goes on; the run fails at the end if any stage did."""
     with _open(as_of) as ctx:
         stages: list[artifacts.StageSummary] = []
         _step(stages, "harvest", harvest_task, ctx, sources, feeds)
@@ -413,7 +412,7 @@ def daily_cycle_flow(
                 _publish_training(ctx, agent.name, report)
                 _step(stages, f"serve {agent.name}", serve_task, ctx, agent.name, counted=False)
             _step(stages, f"predict {agent.name}", predict_task, ctx, agent.name, samples, limit)
-            if agent.backend.generates and train.estimator is Estimator.SIOP:
+            if agent.backend.generates and train.estimator is Estimator.PROVISIONAL_CONSENSUS:
                 _step(
                     stages,
                     f"provisional {agent.name}",

@@ -36,8 +36,6 @@ class Estimator(StrEnum):
     PROVISIONAL_CONSENSUS = "provisional_consensus"
     """dr_grpo on a consensus pseudo-label until the outcome arrives (TTRL-like, rollout level);
     inspired by SIOP but without its outcome modes or turn credit (advantages.py says more)."""
-    SIOP = "provisional_consensus"  # alias until flows/stages/training.py and
-    # flows/orchestration/pipeline.py name PROVISIONAL_CONSENSUS; then this line goes
     SFT = "sft"
     """Supervised fine-tuning: weight 1 on every generated token, loss −mean log π."""
 
