@@ -44,19 +44,7 @@ from futureworld.domain import (
     Question,
     QuestionKind,
 )
-from futureworld.sources import paging
-from futureworld.sources.base import (
-    Page,
-    SkipItem,
-    SourceResolution,
-    clamp_probability,
-    close_skip_reason,
-    from_iso,
-    listed_items,
-    malformed_item,
-    required_id,
-    required_text,
-)
+from futureworld.sources import base, paging
 
 SOURCE = "kalshi"
 DEFAULT_BASE_URL = "https://api.elections.kalshi.com"
@@ -71,11 +59,11 @@ def price_dollars(market: dict[str, Any], name: str) -> float | None:
     """A price in dollars (= probability) from `<name>_dollars`, else `<name>` in cents."""
     dollars = market.get(f"{name}_dollars")
     if dollars not in (None, ""):
-        return clamp_probability(dollars)
+        return base.clamp_probability(dollars)
     cents = market.get(name)
     if cents in (None, ""):
         return None
-    p = clamp_probability(float(cents) / 100.0)
+    p = base.clamp_probability(float(cents) / 100.0)
     return p
 
 
@@ -110,8 +98,8 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     """One binary or scalar market to a Question; KeyError/ValueError when malformed
     (FieldError: a null, empty or wrongly typed ticker or title)."""
     scalar = market.get("market_type", "binary") == "scalar"
-    ticker = required_id(market, "ticker")
-    title = required_text(market, "title")
+    ticker = base.required_id(market, "ticker")
+    title = base.required_text(market, "title")
     if market.get("yes_sub_title") and market["yes_sub_title"] not in title:
         title = f"{title} ({market['yes_sub_title']})"
     rules = "\n\n".join(
@@ -126,10 +114,12 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
         resolution_criteria=rules,
         url=f"https://kalshi.com/markets/{market.get('event_ticker') or ticker}".lower(),
         domain=str(market.get("category") or ""),
-        created_at=from_iso(market.get("open_time")) or now,
+        created_at=base.from_iso(market.get("open_time")) or now,
         info_cutoff_at=now,
-        close_at=from_iso(market.get("close_time")),
-        resolve_by=from_iso(market.get("latest_expiration_time") or market.get("expiration_time")),
+        close_at=base.from_iso(market.get("close_time")),
+        resolve_by=base.from_iso(
+            market.get("latest_expiration_time") or market.get("expiration_time")
+        ),
         crowd_probability=None if scalar else crowd_p_yes(market),
         extra={
             "event_ticker": market.get("event_ticker"),
@@ -138,7 +128,7 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     )
 
 
-def _fetch_page(listing: paging.Listing, cursor: str | None) -> Page:
+def _fetch_page(listing: paging.Listing, cursor: str | None) -> base.Page:
     params: dict[str, Any] = {
         "limit": max(1, min(listing.page_size, MAX_PAGE_SIZE)),
         "status": "open",
@@ -147,16 +137,16 @@ def _fetch_page(listing: paging.Listing, cursor: str | None) -> Page:
     if cursor:
         params["cursor"] = cursor
     page = listing.client.get_json(SOURCE, listing.url, params=params)
-    markets = listed_items(page, "markets", source=SOURCE, url=listing.url)
+    markets = base.listed_items(page, "markets", source=SOURCE, url=listing.url)
     next_cursor = page.get("cursor")
-    return Page(items=markets, next_cursor=str(next_cursor) if next_cursor else None)
+    return base.Page(items=markets, next_cursor=str(next_cursor) if next_cursor else None)
 
 
 def _to_question(listing: paging.Listing, market: Any) -> Question:
     reason = _skip_reason(market, listing.now)
     if reason:
-        raise SkipItem(reason)
-    with malformed_item(f"{SOURCE}: market {market.get('ticker')!r}"):
+        raise base.SkipItem(reason)
+    with base.malformed_item(f"{SOURCE}: market {market.get('ticker')!r}"):
         question = market_to_question(market, now=listing.now)
     return question
 
@@ -193,10 +183,10 @@ def _skip_reason(market: Any, now: datetime) -> str | None:
         return "unsupported_kind"
     if market.get("status", "open") not in OPEN_STATUSES:
         return "closed"
-    return close_skip_reason(market.get("close_time"), from_iso, now)
+    return base.close_skip_reason(market.get("close_time"), base.from_iso, now)
 
 
-def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceResolution | None:
+def market_to_resolution(market: dict[str, Any], *, now: datetime) -> base.SourceResolution | None:
     """result yes/no (a scalar market: its value, module docstring) once determined
     (final=False) or finalized (final=True); void → annulled."""
     status = str(market.get("status") or "")
@@ -242,7 +232,7 @@ def resolution_time(market: dict[str, Any], *, now: datetime) -> datetime:
     ("before 2030") that closes early keeps its expiration times at the far bound (2099), and a
     market voided before its close has a close still to come."""
     for name in RESOLUTION_TIME_FIELDS:
-        at = from_iso(market.get(name))
+        at = base.from_iso(market.get(name))
         if at is not None and at <= now:
             return at
     return now

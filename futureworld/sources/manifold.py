@@ -44,19 +44,7 @@ from futureworld.domain import (
     Question,
     QuestionKind,
 )
-from futureworld.sources import paging
-from futureworld.sources.base import (
-    Page,
-    PageError,
-    SkipItem,
-    SourceResolution,
-    clamp_probability,
-    close_skip_reason,
-    from_ms,
-    malformed_item,
-    required_id,
-    required_text,
-)
+from futureworld.sources import base, paging
 from futureworld.sources.http import SourceError, join_url
 
 SOURCE = "manifold"
@@ -79,7 +67,7 @@ def _sorted_answers(market: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _choice_fields(market: dict[str, Any]) -> dict[str, Any]:
     answers = _sorted_answers(market)
-    probabilities = [clamp_probability(a.get("probability")) for a in answers]
+    probabilities = [base.clamp_probability(a.get("probability")) for a in answers]
     extra: dict[str, Any] = {
         "ordered_options": False,
         "answer_ids": [str(a["id"]) for a in answers],
@@ -88,7 +76,7 @@ def _choice_fields(market: dict[str, Any]) -> dict[str, Any]:
     if None not in probabilities and total > 0.0:
         extra["crowd_probabilities"] = [p / total for p in probabilities if p is not None]
     options = tuple(
-        required_text(a, "text", name=f"text of answer {a.get('id')!r}") for a in answers
+        base.required_text(a, "text", name=f"text of answer {a.get('id')!r}") for a in answers
     )
     return {"options": options, "extra": extra}
 
@@ -123,7 +111,7 @@ def _numeric_fields(market: dict[str, Any]) -> dict[str, Any]:
 
 
 def _binary_fields(market: dict[str, Any]) -> dict[str, Any]:
-    return {"crowd_probability": clamp_probability(market.get("probability")), "extra": {}}
+    return {"crowd_probability": base.clamp_probability(market.get("probability")), "extra": {}}
 
 
 _KIND_FIELDS: dict[QuestionKind, Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -138,9 +126,9 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
     """One market (a LiteMarket, or the FullMarket of a multiple-choice one) to an open
     Question of its kind; KeyError/ValueError (FieldError: a null, empty or wrongly typed id,
     question or answer text) on a malformed market."""
-    market_id = required_id(market, "id")
+    market_id = base.required_id(market, "id")
     kind = KIND_OF_OUTCOME_TYPE[market.get("outcomeType", "BINARY")]
-    created_at = from_ms(market["createdTime"])
+    created_at = base.from_ms(market["createdTime"])
     if created_at is None:
         raise ValueError("createdTime is empty")
     background = market.get("textDescription") or ""
@@ -152,21 +140,21 @@ def market_to_question(market: dict[str, Any], *, now: datetime) -> Question:
         source=SOURCE,
         external_id=market_id,
         kind=kind,
-        title=required_text(market, "question"),
+        title=base.required_text(market, "question"),
         background=background,
         resolution_criteria=background,
         url=market.get("url") or "",
         domain=str(slugs[0]) if slugs else "",
         created_at=created_at,
         info_cutoff_at=now,
-        close_at=from_ms(market.get("closeTime")),
+        close_at=base.from_ms(market.get("closeTime")),
         crowd_probability=fields.get("crowd_probability"),
         options=fields.get("options", ()),
         extra={"group_slugs": list(slugs), **fields["extra"]},
     )
 
 
-def _fetch_page(listing: paging.Listing, before: str | None) -> Page:
+def _fetch_page(listing: paging.Listing, before: str | None) -> base.Page:
     size = max(1, min(listing.page_size, MAX_PAGE_SIZE))
     params: dict[str, Any] = {"limit": size}
     if before is not None:
@@ -174,30 +162,30 @@ def _fetch_page(listing: paging.Listing, before: str | None) -> Page:
     url = listing.url
     page = listing.client.get_json(SOURCE, url, params=params, headers=_headers(listing.token))
     if not isinstance(page, list):
-        raise PageError(f"{SOURCE}: {url}: expected a JSON list of markets, got {type(page)}")
+        raise base.PageError(f"{SOURCE}: {url}: expected a JSON list of markets, got {type(page)}")
     if len(page) < size or not page:  # a short page is the last one
-        return Page(items=page)
+        return base.Page(items=page)
     last_id = page[-1].get("id") if isinstance(page[-1], dict) else None
     if last_id is None or last_id == before:
         stopped = f"{SOURCE}: {url}: page ends without a usable id; stopped paging"
-        return Page(items=page, end_error=stopped)
-    return Page(items=page, next_cursor=str(last_id))
+        return base.Page(items=page, end_error=stopped)
+    return base.Page(items=page, next_cursor=str(last_id))
 
 
 def _to_question(listing: paging.Listing, market: Any) -> Question:
     reason = _skip_reason(market, listing.now)
     if reason:
-        raise SkipItem(reason)
+        raise base.SkipItem(reason)
     label = f"{SOURCE}: market {market.get('id')!r}"
-    with malformed_item(label):
-        market_id = required_id(market, "id")
+    with base.malformed_item(label):
+        market_id = base.required_id(market, "id")
     if market.get("outcomeType") == "MULTIPLE_CHOICE" and "answers" not in market:
         market = _full_market(listing, market_id, label)
-    with malformed_item(label):
+    with base.malformed_item(label):
         if market.get("outcomeType") == "MULTIPLE_CHOICE" and (
             market.get("shouldAnswersSumToOne") is False
         ):
-            raise SkipItem("independent_answers")
+            raise base.SkipItem("independent_answers")
         question = market_to_question(market, now=listing.now)
     return question
 
@@ -207,9 +195,9 @@ def _full_market(listing: paging.Listing, market_id: str, label: str) -> dict[st
     try:
         full = listing.client.get_json(SOURCE, full_url, headers=_headers(listing.token))
     except SourceError as error:
-        raise SkipItem("failed_fetch", f"{label}: {error}") from error
+        raise base.SkipItem("failed_fetch", f"{label}: {error}") from error
     if not isinstance(full, dict):
-        raise SkipItem("malformed", f"{label}: {full_url} did not return a market object")
+        raise base.SkipItem("malformed", f"{label}: {full_url} did not return a market object")
     return full
 
 
@@ -240,7 +228,7 @@ def _skip_reason(market: Any, now: datetime) -> str | None:
         return "unsupported_kind"
     if market.get("isResolved"):
         return "resolved"
-    return close_skip_reason(market.get("closeTime"), from_ms, now)
+    return base.close_skip_reason(market.get("closeTime"), base.from_ms, now)
 
 
 def _choice_outcome(market: dict[str, Any], resolution: str) -> tuple[OutcomeStatus, float | None]:
@@ -260,7 +248,7 @@ def _numeric_outcome(market: dict[str, Any], resolution: str) -> tuple[OutcomeSt
     spec = numeric_spec(market)
     value = market.get("resolutionValue")
     if value is None:
-        p = clamp_probability(market.get("resolutionProbability"))
+        p = base.clamp_probability(market.get("resolutionProbability"))
         if p is None:
             raise ValueError("resolution MKT without a resolutionValue or resolutionProbability")
         value = _scale_value(spec, p)
@@ -270,7 +258,7 @@ def _numeric_outcome(market: dict[str, Any], resolution: str) -> tuple[OutcomeSt
     return OutcomeStatus.RESOLVED, min(spec.upper, max(spec.lower, number))
 
 
-def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceResolution | None:
+def market_to_resolution(market: dict[str, Any], *, now: datetime) -> base.SourceResolution | None:
     """A resolved market's SourceResolution (the module docstring's mapping per outcome type);
     None while it is unresolved."""
     if not market.get("isResolved"):
@@ -278,7 +266,7 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
     market_id = str(market["id"])
     raw_resolution = str(market.get("resolution") or "")
     resolution = raw_resolution.upper()
-    resolved_at = from_ms(market.get("resolutionTime"))
+    resolved_at = base.from_ms(market.get("resolutionTime"))
     outcome_type = market.get("outcomeType", "BINARY")
     if outcome_type in ("MULTIPLE_CHOICE", "PSEUDO_NUMERIC"):
         decide = _choice_outcome if outcome_type == "MULTIPLE_CHOICE" else _numeric_outcome
@@ -296,7 +284,7 @@ def market_to_resolution(market: dict[str, Any], *, now: datetime) -> SourceReso
     elif resolution == "NO":
         value = 0.0
     elif resolution == "MKT":
-        value = clamp_probability(market.get("resolutionProbability"))
+        value = base.clamp_probability(market.get("resolutionProbability"))
         if value is None:
             raise ValueError("resolution MKT without a resolutionProbability")
     elif resolution == "CANCEL":

@@ -42,19 +42,7 @@ from futureworld.domain import (
     Question,
     QuestionKind,
 )
-from futureworld.sources import paging
-from futureworld.sources.base import (
-    Page,
-    SkipItem,
-    SourceResolution,
-    clamp_probability,
-    close_skip_reason,
-    from_iso,
-    listed_items,
-    malformed_item,
-    required_id,
-    required_text,
-)
+from futureworld.sources import base, paging
 from futureworld.sources.http import join_url
 
 SOURCE = "metaculus"
@@ -84,16 +72,16 @@ def community_p_yes(question: dict[str, Any]) -> float | None:
     for latest in _latest(question):
         centers = latest.get("centers") or []
         if centers:
-            return clamp_probability(centers[0])
+            return base.clamp_probability(centers[0])
         values = latest.get("forecast_values") or []
         if len(values) == 2:
-            return clamp_probability(values[1])
+            return base.clamp_probability(values[1])
     return None
 
 
 def _number(value: Any, name: str) -> float:
     if isinstance(value, str):
-        parsed = from_iso(value) if not _is_number(value) else None
+        parsed = base.from_iso(value) if not _is_number(value) else None
         number = parsed.timestamp() if parsed is not None else float(value)
     else:
         number = float(value)
@@ -165,7 +153,7 @@ def community_probabilities(question: dict[str, Any], n_options: int) -> list[fl
         values = latest.get("forecast_values") or []
         if len(values) != n_options:
             continue
-        probabilities = [clamp_probability(v) for v in values]
+        probabilities = [base.clamp_probability(v) for v in values]
         total = math.fsum(p for p in probabilities if p is not None)
         if None in probabilities or total <= 0.0:
             return None
@@ -179,7 +167,7 @@ def _binary_fields(question: dict[str, Any]) -> dict[str, Any]:
 
 def _choice_fields(question: dict[str, Any]) -> dict[str, Any]:
     listed = question["options"]
-    options = tuple(required_text(listed, i, name=f"options[{i}]") for i in range(len(listed)))
+    options = tuple(base.required_text(listed, i, name=f"options[{i}]") for i in range(len(listed)))
     extra: dict[str, Any] = {"ordered_options": False}
     crowd = community_probabilities(question, len(options))
     if crowd is not None:
@@ -209,14 +197,16 @@ def post_to_question(post: dict[str, Any], base_url: str, *, now: datetime) -> Q
     KeyError/ValueError when malformed (FieldError: a null, empty or wrongly typed id, title or
     option). The title is the post's, else (absent or null) its question's."""
     question = post["question"]
-    post_id = required_id(post, "id")
+    post_id = base.required_id(post, "id")
     if post.get("title") is None:
-        title = required_text(question, "title", name="question.title")
+        title = base.required_text(question, "title", name="question.title")
     else:
-        title = required_text(post, "title")
+        title = base.required_text(post, "title")
     kind = KIND_OF_TYPE[question.get("type", "binary")]
     fields = _KIND_FIELDS[kind](question)
-    created_at = from_iso(post.get("published_at")) or from_iso(post.get("created_at")) or now
+    created_at = (
+        base.from_iso(post.get("published_at")) or base.from_iso(post.get("created_at")) or now
+    )
     categories = ((post.get("projects") or {}).get("category")) or []
     domain = str(categories[0].get("name") or "") if categories else ""
     criteria = question.get("resolution_criteria") or ""
@@ -233,15 +223,15 @@ def post_to_question(post: dict[str, Any], base_url: str, *, now: datetime) -> Q
         domain=domain,
         created_at=created_at,
         info_cutoff_at=now,
-        close_at=from_iso(question.get("scheduled_close_time")),
-        resolve_by=from_iso(question.get("scheduled_resolve_time")),
+        close_at=base.from_iso(question.get("scheduled_close_time")),
+        resolve_by=base.from_iso(question.get("scheduled_resolve_time")),
         crowd_probability=fields.get("crowd_probability"),
         options=fields.get("options", ()),
         extra={"question_id": question.get("id"), **fields["extra"]},
     )
 
 
-def _fetch_page(listing: paging.Listing, offset: int | None) -> Page:
+def _fetch_page(listing: paging.Listing, offset: int | None) -> base.Page:
     offset = offset or 0
     params = {
         "limit": listing.page_size,
@@ -252,20 +242,20 @@ def _fetch_page(listing: paging.Listing, offset: int | None) -> Page:
     page = listing.client.get_json(
         SOURCE, listing.url, params=params, headers=_headers(listing.token)
     )
-    results = listed_items(page, "results", source=SOURCE, url=listing.url)
+    results = base.listed_items(page, "results", source=SOURCE, url=listing.url)
     more = bool(page.get("next")) and bool(results)
-    return Page(items=results, next_cursor=offset + len(results) if more else None)
+    return base.Page(items=results, next_cursor=offset + len(results) if more else None)
 
 
 def _to_question(listing: paging.Listing, post: Any) -> Question:
     reason = _skip_reason(post, listing.now)
     if reason:
-        raise SkipItem(reason)
-    with malformed_item(f"{SOURCE}: post {post.get('id')!r}"):
+        raise base.SkipItem(reason)
+    with base.malformed_item(f"{SOURCE}: post {post.get('id')!r}"):
         if post["question"].get("type") in ("numeric", "date"):
             zero_point = (post["question"].get("scaling") or {}).get("zero_point")
             if zero_point is not None and float(zero_point) != 0.0:
-                raise SkipItem("shifted_log_scale")
+                raise base.SkipItem("shifted_log_scale")
         question = post_to_question(post, listing.base_url, now=listing.now)
     return question
 
@@ -291,7 +281,7 @@ def _skip_reason(post: Any, now: datetime) -> str | None:
         return "unsupported_kind"
     if question.get("status", "open") != "open" or question.get("resolution") is not None:
         return "closed"
-    return close_skip_reason(question.get("scheduled_close_time"), from_iso, now)
+    return base.close_skip_reason(question.get("scheduled_close_time"), base.from_iso, now)
 
 
 def _kind_outcome(question: dict[str, Any], raw: str) -> float:
@@ -309,7 +299,7 @@ def _kind_outcome(question: dict[str, Any], raw: str) -> float:
     return _number(raw, "resolution")
 
 
-def post_to_resolution(post: dict[str, Any], *, now: datetime) -> SourceResolution | None:
+def post_to_resolution(post: dict[str, Any], *, now: datetime) -> base.SourceResolution | None:
     """yes → 1, no → 0, an option → its index, a number or date → the number, annulled or
     ambiguous → annulled (module docstring); None while unresolved."""
     question = post["question"]
@@ -331,7 +321,7 @@ def post_to_resolution(post: dict[str, Any], *, now: datetime) -> SourceResoluti
         post,
         post["id"],
         (status, value),
-        resolved_at=from_iso(question.get("actual_resolve_time")),
+        resolved_at=base.from_iso(question.get("actual_resolve_time")),
         now=now,
     )
 
