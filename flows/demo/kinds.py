@@ -24,7 +24,6 @@ from flows.demo.kind_scores import KIND_PANELS
 from flows.demo.kind_scores import KindPanelScore as KindPanelScore
 from flows.demo.panel import CYCLE_HOUR, PANEL_DAY, forecast_panel
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
-from futureworld.agent.tools import InMemoryCorpus
 from futureworld.answers import ANSWER_FORMATS
 from futureworld.domain import (
     GenerationSettings,
@@ -101,7 +100,6 @@ def score_kind_panel(
     through the rollout engine, as flows.demo.panel.score_panel does for binary questions."""
     groups = forecast_panel(
         backend,
-        InMemoryCorpus([]),
         settings,
         [item.question for item in panel],
         policy_version=policy_version,

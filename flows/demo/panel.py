@@ -101,7 +101,6 @@ def score_panel(
     corpus is empty (the panel measures what the policy knows, not what it can look up)."""
     groups = forecast_panel(
         backend,
-        InMemoryCorpus([]),
         settings,
         [item.question for item in panel],
         policy_version=policy_version,
@@ -117,10 +116,10 @@ def score_panel(
 
 def forecast_panel(
     backend: PolicyBackend,
-    corpus: Corpus,
     settings: GenerationSettings,
     questions: Sequence[Question],
     *,
+    corpus: Corpus | None = None,
     policy_version: int,
     samples: int,
     seed: int,
@@ -128,7 +127,9 @@ def forecast_panel(
 ) -> list[list[Trajectory]]:
     """Every panel question's `samples` rollouts, all in flight at once through the engine, in
     panel order; question n's sample s has the seed rollout_seed(seed, first_index + n, 0, s),
-    the same every round (common random numbers)."""
+    the same every round (common random numbers). Without a corpus the corpus is empty: a
+    held-out panel measures what the policy knows, not what it can look up."""
+    corpus = InMemoryCorpus([]) if corpus is None else corpus
     engine = RolloutEngine(backend, corpus, settings, agent_id=0, policy_version=policy_version)
     jobs = [
         GroupJob(

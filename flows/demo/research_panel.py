@@ -153,9 +153,9 @@ def forecast_research_panel(
     """Every panel question's `samples` rollouts, all in flight at once through the engine."""
     return forecast_panel(
         backend,
-        panel.corpus,
         settings,
         [item.question for item in panel.questions],
+        corpus=panel.corpus,
         policy_version=policy_version,
         samples=samples,
         seed=seed,
