@@ -179,7 +179,7 @@ def import_forecasts(
     other agent; bad rows are reported by line, the others load; re-importing changes nothing,
     and a file that revises stored forecasts registers the agent's next version."""
     from flows.stages.external_forecasts import import_forecasts as run_import
-    from futureworld.sources.forecast_files import ForecastFileError, ForecastFormat
+    from futureworld.sources.forecast_rows import ForecastFileError, ForecastFormat
 
     if file_format != "auto" and file_format not in {f.value for f in ForecastFormat}:
         known = ", ".join(["auto", *(f.value for f in ForecastFormat)])

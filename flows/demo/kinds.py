@@ -16,12 +16,7 @@ from datetime import timedelta
 
 import numpy as np
 
-# The claim and the scores are re-exported: the demo's run and rounds read them here.
-from flows.demo.kind_report import KindClaim as KindClaim
-from flows.demo.kind_report import kind_claim as kind_claim
-from flows.demo.kind_report import kind_report as kind_report
-from flows.demo.kind_scores import KIND_PANELS
-from flows.demo.kind_scores import KindPanelScore as KindPanelScore
+from flows.demo.kind_scores import KIND_PANELS, KindPanelScore
 from flows.demo.panel import CYCLE_HOUR, PANEL_DAY, forecast_panel
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
 from futureworld.answers import ANSWER_FORMATS

@@ -24,18 +24,9 @@ from datetime import datetime
 from pathlib import Path
 
 from flows.context import PipelineContext
-
-# The gate's and the research demo's sections are re-exported: the demo's run reads them here.
-from flows.demo.gate_report import LineageRow as LineageRow
-from flows.demo.gate_report import lineage_report as lineage_report
-from flows.demo.gate_report import lineage_rows as lineage_rows
 from flows.demo.kind_scores import KIND_PANELS, KindPanelScore
 from flows.demo.panel import PanelScore
 from flows.demo.research_panel import ResearchRound
-from flows.demo.research_report import ResearchSummary as ResearchSummary
-from flows.demo.research_report import research_header as research_header
-from flows.demo.research_report import research_report as research_report
-from flows.demo.research_report import research_summary as research_summary
 from flows.stages.evaluating import forecast_records
 from futureworld.plots import plot_metric_by_round, plot_reliability
 from futureworld.scoring import (

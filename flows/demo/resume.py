@@ -25,7 +25,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_origin, get_type_hints
 
-from flows.demo.kinds import KindPanelScore
+from flows.demo.kind_scores import KindPanelScore
 from flows.demo.panel import PanelScore
 from flows.demo.report import panel_brier_ece
 from flows.demo.research_panel import ResearchRound

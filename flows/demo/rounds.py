@@ -20,7 +20,8 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING
 
 from flows.context import PipelineContext
-from flows.demo.kinds import KindPanelQuestion, KindPanelScore, score_kind_panel
+from flows.demo.kind_scores import KindPanelScore
+from flows.demo.kinds import KindPanelQuestion, score_kind_panel
 from flows.demo.panel import PanelQuestion, PanelScore, score_panel
 from flows.demo.research_panel import ResearchPanel, ResearchRound, score_research_panel
 from futureworld.domain import GenerationSettings, QuestionKind

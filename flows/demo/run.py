@@ -58,13 +58,10 @@ from typing import Any
 
 from flows.context import build_context, open_engine
 from flows.demo.config import LEARNER, WARM_START_VERSION, DemoConfig
-from flows.demo.kinds import (
-    KindClaim,
-    KindPanelScore,
-    build_kind_panel,
-    kind_claim,
-    kind_report,
-)
+from flows.demo.gate_report import LineageRow, lineage_report, lineage_rows
+from flows.demo.kind_report import KindClaim, kind_claim, kind_report
+from flows.demo.kind_scores import KindPanelScore
+from flows.demo.kinds import build_kind_panel
 from flows.demo.panel import (
     CYCLE_HOUR,
     PANEL_QUESTIONS_PER_DAY,
@@ -73,17 +70,10 @@ from flows.demo.panel import (
 )
 from flows.demo.report import (
     LearningClaim,
-    LineageRow,
-    ResearchSummary,
     RoundLog,
     RoundMetrics,
     learning_claim,
-    lineage_report,
-    lineage_rows,
     panel_brier_ece,
-    research_header,
-    research_report,
-    research_summary,
     round_metrics,
     write_report,
 )
@@ -92,6 +82,12 @@ from flows.demo.research_panel import (
     build_research_panel,
     demonstration_research,
     live_research,
+)
+from flows.demo.research_report import (
+    ResearchSummary,
+    research_header,
+    research_report,
+    research_summary,
 )
 from flows.demo.resume import DATABASE, DemoState, load_state
 from flows.demo.rounds import (

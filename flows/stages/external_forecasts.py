@@ -38,14 +38,12 @@ from futureworld.domain import (
     utc_now,
 )
 from futureworld.sources.forecast_files import (
-    ForecastFileError,
-    ForecastFormat,
     MatchedForecast,
-    RowError,
     default_agent_name,
     match_forecasts,
     read_forecast_file,
 )
+from futureworld.sources.forecast_rows import ForecastFileError, ForecastFormat, RowError
 from storage.engine import session_scope
 from storage.repositories.agents import (
     ensure_agent,

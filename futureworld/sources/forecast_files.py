@@ -41,17 +41,15 @@ from futureworld.domain import Question, QuestionKind
 from futureworld.sources.forecast_rows import (
     BadValue,
     ForecastFile,
+    ForecastFileError,
+    ForecastFormat,
     ForecastRow,
     QuestionKey,
+    RowError,
     parse_forecast_time,
     parse_probability,
     row_text,
 )
-
-# Re-exported: callers read the file-level names here.
-from futureworld.sources.forecast_rows import ForecastFileError as ForecastFileError
-from futureworld.sources.forecast_rows import ForecastFormat as ForecastFormat
-from futureworld.sources.forecast_rows import RowError as RowError
 from futureworld.sources.forecastbench_submission import read_submission
 from futureworld.sources.tabular import Row, csv_rows, jsonl_rows
 

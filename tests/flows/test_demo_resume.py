@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.demo.config import DemoConfig
-from flows.demo.kinds import KindPanelScore
+from flows.demo.kind_scores import KindPanelScore
 from flows.demo.panel import PanelScore
 from flows.demo.resume import MANIFEST, DemoState, ResumeRefused, load_state
 from flows.demo.run import run_demo

@@ -10,14 +10,12 @@ import pytest
 
 from futureworld.domain import Question, QuestionKind
 from futureworld.sources.forecast_files import (
-    ForecastFileError,
-    ForecastFormat,
-    RowError,
     default_agent_name,
     detect_format,
     match_forecasts,
     read_forecast_file,
 )
+from futureworld.sources.forecast_rows import ForecastFileError, ForecastFormat, RowError
 
 AT = datetime(2025, 10, 1, tzinfo=UTC)
 
