@@ -11,15 +11,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli.common import (
-    DbOption,
-    UserError,
-    cli_context,
-    console,
-    require_agent,
-    writable_file,
-    write_output,
-)
+from flows.cli import common
 from flows.cli.progress import progress_report
 
 export_app = typer.Typer(no_args_is_help=True, help="Export forecasts.")
@@ -71,7 +63,7 @@ def export_forecastbench_command(
     model_organization: Annotated[
         str, typer.Option(help="Organization that made the model.")
     ] = "FutureWorld",
-    db: DbOption = None,
+    db: common.DbOption = None,
 ) -> None:
     """Write an agent's forecasts of a ForecastBench question set in ForecastBench's
     submission format (--round: the set must be of that round)."""
@@ -80,9 +72,9 @@ def export_forecastbench_command(
     from futureworld.sources.forecastbench import ForecastBenchFormatError
     from storage.repositories.questions import UnknownRound
 
-    writable_file(out, "--out")
-    with cli_context(db) as ctx:
-        require_agent(ctx, agent)
+    common.writable_file(out, "--out")
+    with common.cli_context(db) as ctx:
+        common.require_agent(ctx, agent)
         try:
             check_round(ctx, round_date(round_))
             report = export_forecastbench(
@@ -96,11 +88,11 @@ def export_forecastbench_command(
                 round=round_date(round_),
             )
         except UnknownRound as error:
-            raise UserError(str(error)) from None
+            raise common.UserError(str(error)) from None
         except (ForecastBenchFormatError, ValueError) as error:
-            raise UserError(f"export failed: {error}") from None
-    write_output(out, "--out", json.dumps(report.document, indent=2))
-    console.print(
+            raise common.UserError(f"export failed: {error}") from None
+    common.write_output(out, "--out", json.dumps(report.document, indent=2))
+    common.console.print(
         f"{report.agent} v{report.policy_version}: {report.forecasts} forecasts of "
         f"{report.questions} questions written to {out}",
         soft_wrap=True,
@@ -149,7 +141,7 @@ def backtest_command(
         Path | None, typer.Option("--out", help="Report folder (default: reports/backtest-AGENT).")
     ] = None,
     round_: RoundOption = None,
-    db: DbOption = None,
+    db: common.DbOption = None,
 ) -> None:
     """Replay the daily cycle over imported history with a simulated clock: forecast what is
     open, reveal only outcomes resolved by the clock, backfill, train; then score every round
@@ -174,20 +166,20 @@ def backtest_command(
         )
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
-    with cli_context(db) as ctx:
-        require_agent(ctx, agent)
-        require_agent(ctx, reference)
+    with common.cli_context(db) as ctx:
+        common.require_agent(ctx, agent)
+        common.require_agent(ctx, reference)
         if options.fallback_reference is not None:
-            require_agent(ctx, options.fallback_reference)
+            common.require_agent(ctx, options.fallback_reference)
         folder = out or ctx.reports_dir / f"backtest-{agent}"
         if folder.exists() and not folder.is_dir():
-            raise UserError(f"--out {folder}: is a file; give a folder")
+            raise common.UserError(f"--out {folder}: is a file; give a folder")
         try:
             check_round(ctx, options.round)
         except UnknownRound as error:
-            raise UserError(str(error)) from None
+            raise common.UserError(str(error)) from None
         rounds = len(options.clocks())
-        with progress_report(console, f"backtest {agent}", rounds) as progress:
+        with progress_report(common.console, f"backtest {agent}", rounds) as progress:
 
             def on_round(r: BacktestRound) -> None:
                 trained = "" if r.trained_to is None else f", → v{r.trained_to}"
@@ -201,7 +193,7 @@ def backtest_command(
             report = run_backtest(ctx, options, out_dir=folder, on_round=on_round)
     for r in report.rounds:
         if r.brier is not None:
-            console.print(
+            common.console.print(
                 f"round {r.round} ({r.clock.date()}): n={r.n} questions ({r.against_reference} "
                 f"vs {report.reference}, {r.against_fallback} vs {report.fallback_reference}), "
                 f"parse rate {r.parse_rate:.3f} of {r.rollouts} rollouts: Brier {r.brier:.4f} "
@@ -209,12 +201,12 @@ def backtest_command(
                 f"Brier {r.sample_brier:.4f}"
             )
     c = report.coverage
-    console.print(
+    common.console.print(
         f"scored {c.against_reference + c.against_fallback} of {c.resolved} resolved questions "
         f"(an unparsed rollout counts as 0.5); left out: {c.not_forecast} never forecast, "
         f"{c.not_binary} not binary, {c.no_reference} without a reference forecast"
     )
-    console.print(f"report: {folder}")
+    common.console.print(f"report: {folder}")
 
 
 def register_history_commands(app: typer.Typer) -> None:
