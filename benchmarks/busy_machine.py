@@ -84,12 +84,20 @@ def timed(name: str, argv: list[str], env: dict[str, str], count: int, log: Path
         with log.open("w") as out:
             proc = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         seconds = time.perf_counter() - start
-    text = log.read_text(errors="replace")
-    return Run(name, count, seconds, proc.returncode, TIMEOUT_MARK in text)
+    run = Run(
+        name, count, seconds, proc.returncode, TIMEOUT_MARK in log.read_text(errors="replace")
+    )
+    print(
+        f"{run.name:18} burners {run.burners}: {run.seconds:7.1f} s, exit {run.returncode}, "
+        f"Prefect start-up time-out: {run.timed_out}",
+        flush=True,
+    )
+    return run
 
 
 def demo_run(work: Path, demo_args: str, count: int) -> Run:
     home = work / f"demo-{count}"
+    home.mkdir(parents=True)
     argv = [FUTUREWORLD, "demo", *shlex.split(demo_args), "--out", str(home / "out")]
     return timed("demo", argv, _environment(home, {}), count, home / "run.log")
 
@@ -139,11 +147,6 @@ def main() -> None:
         print(f"cores: {os.cpu_count()}, burners beside the busy runs: {args.burners}")
         print(f"demo args: {args.demo_args}")
         for idle, busy in pairs:
-            for run in (idle, busy):
-                print(
-                    f"{run.name:18} burners {run.burners}: {run.seconds:7.1f} s, "
-                    f"exit {run.returncode}, Prefect start-up time-out: {run.timed_out}"
-                )
             print(f"{idle.name:18} busy / idle: {busy.seconds / idle.seconds:.2f}x")
         bad = [r for pair in pairs for r in pair if r.returncode or r.timed_out]
         if bad:
