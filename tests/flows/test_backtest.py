@@ -441,3 +441,36 @@ def test_the_backtest_command_states_its_fallback_and_what_it_left_out(
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["fallback_reference"] is None and metrics["coverage"]["no_reference"] == 3
     assert "is left out (no fallback reference)" in (folder / "report.md").read_text()
+
+
+def test_backtest_pairs_an_agent_with_imported_outside_forecasts(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """`futureworld import forecasts` makes a read-only agent that a backtest can take as its
+    reference: each round pairs the agent's questions with the file's forecasts of them."""
+    from flows.stages.external_forecasts import import_forecasts
+
+    history(engine)
+    ctx = make_context(engine, tmp_path)
+    outside = {i: round(0.15 + 0.06 * i, 4) for i in range(12)}
+    lines = ["source,question_id,probability,forecast_at"]
+    lines += [
+        f"history,h{i},{p},{(DAY0 + timedelta(days=i % 3, hours=1)).isoformat()}"
+        for i, p in outside.items()
+    ]
+    (tmp_path / "outside.csv").write_text("\n".join(lines) + "\n")
+    imported = import_forecasts(ctx, tmp_path / "outside.csv", agent_name="outside")
+    assert imported.errors == [] and imported.loaded == 12
+
+    options = BacktestOptions(
+        agent="uniform", reference="outside", start=date(2025, 3, 1), end=date(2025, 3, 7)
+    )
+    report = run_backtest(ctx, options)
+    assert report.reference == "outside"
+    for r in report.rounds[:3]:
+        ids = [i for i in range(12) if i % 3 == r.round]
+        expected = sum((outside[i] - i % 2) ** 2 for i in ids) / 4
+        assert r.n == 4 and r.brier == 0.25
+        assert abs(r.reference_brier - expected) < 1e-12
+        assert abs(r.difference - (0.25 - expected)) < 1e-12
+    assert report.coverage.against_reference == 12
