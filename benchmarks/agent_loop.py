@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import torch
+from raw_generate import raw_generate
 
 from futureworld.agent.engine import run_group
 from futureworld.agent.prompts import encode_prompt
@@ -71,15 +72,11 @@ def _time_loop(
 def _time_raw(backend: LocalBackend, prompt: list[int], samples: int, steps: int) -> float:
     input_ids = torch.tensor([prompt] * samples)
     started = time.perf_counter()
-    backend.model.generate(
-        input_ids=input_ids,
-        attention_mask=torch.ones_like(input_ids),
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=steps,
-        min_new_tokens=steps,
+    raw_generate(
+        backend.model,
+        input_ids,
+        torch.ones_like(input_ids),
+        steps=steps,
         pad_token_id=backend.tokenizer.pad_token_id,
     )
     return time.perf_counter() - started

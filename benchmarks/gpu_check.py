@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from raw_generate import raw_generate
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
 from futureworld.domain import Trajectory
@@ -207,15 +208,11 @@ def check_generate(scale: Scale, tokenizer_dir: Path) -> dict[str, Any]:
     backend_tokens = sum(len(g.token_ids) for g in generations)
     input_ids = torch.tensor(prompts, device=device)
     started = time.perf_counter()
-    out = model.generate(
-        input_ids=input_ids,
-        attention_mask=torch.ones_like(input_ids),
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=scale.new_tokens,
-        min_new_tokens=scale.new_tokens,
+    out = raw_generate(
+        model,
+        input_ids,
+        torch.ones_like(input_ids),
+        steps=scale.new_tokens,
         pad_token_id=tokenizer.pad_token_id,
     )
     _sync(device)

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import torch
+from raw_generate import raw_generate
 
 from flows.context import build_context, open_engine
 from flows.settings import Settings
@@ -59,17 +60,7 @@ def _raw_generate_s(backend: LocalBackend, prompts: list[list[int]], steps: int)
     input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
     attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     started = time.perf_counter()
-    backend.model.generate(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=steps,
-        min_new_tokens=steps,
-        pad_token_id=pad,
-    )
+    raw_generate(backend.model, input_ids, attention_mask, steps=steps, pad_token_id=pad)
     return time.perf_counter() - started
 
 
