@@ -326,10 +326,12 @@ def metric_by_round(
 def reliability_groups(
     records: Iterable[ForecastRecord],
 ) -> dict[str, tuple[list[float], list[float]]]:
-    """(forecasts, outcomes) per "agent vN": the groups of a reliability diagram."""
+    """(forecasts, outcomes) per "agent vN" (an agent without versions, a baseline: its name
+    alone): the groups of a reliability diagram."""
     groups: dict[str, tuple[list[float], list[float]]] = {}
     for record in records:
-        p, y = groups.setdefault(f"{record.agent} v{record.policy_version}", ([], []))
+        version = "" if record.policy_version is None else f" v{record.policy_version}"
+        p, y = groups.setdefault(f"{record.agent}{version}", ([], []))
         p.append(record.p_yes)
         y.append(record.y)
     return groups

@@ -15,6 +15,7 @@ from futureworld.evaluation import (
     ScoreRow,
     metric_by_round,
     question_forecast,
+    reliability_groups,
     score_forecasts,
     score_table_markdown,
 )
@@ -151,6 +152,17 @@ def test_score_table_markdown_lists_every_row() -> None:
     assert len(lines) == 2 + len(rows)
     assert "| a | 1 | all | 4 | 1.000 | 0.125 |" in table
     assert "—" in lines[2]  # fred has no crowd probability
+
+
+def test_reliability_groups_label_a_version_by_agent_and_version_and_a_baseline_by_name() -> None:
+    groups = reliability_groups(
+        [
+            _record(0.9, 1.0),
+            _record(0.2, 0.0, policy_version=2),
+            _record(0.6, 1.0, agent="crowd", policy_version=None),
+        ]
+    )
+    assert groups == {"a v1": ([0.9], [1.0]), "a v2": ([0.2], [0.0]), "crowd": ([0.6], [1.0])}
 
 
 def test_plot_reliability_writes_a_png(tmp_path: Path) -> None:
