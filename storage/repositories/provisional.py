@@ -30,6 +30,7 @@ from futureworld.domain import (
     ReplayBatch,
 )
 from storage.repositories.questions import current_outcomes
+from storage.repositories.rollouts import FORECAST_COLUMNS
 from storage.repositories.training import replay_groups
 from storage.tables import (
     OutcomeRow,
@@ -77,14 +78,7 @@ def unresolved_forecasts(
         RewardRow.outcome_revision == PROVISIONAL_REVISION,
     )
     rows = session.execute(
-        select(
-            RolloutRow.id,
-            RolloutRow.question_id,
-            RolloutRow.policy_version,
-            RolloutRow.p_yes,
-            RolloutRow.parse_status,
-            have.label("has_provisional"),
-        )
+        select(*FORECAST_COLUMNS, RolloutRow.parse_status, have.label("has_provisional"))
         .join(QuestionRow, QuestionRow.id == RolloutRow.question_id)
         .where(
             RolloutRow.agent_id == agent_id,

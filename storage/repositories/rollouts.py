@@ -266,16 +266,19 @@ class Forecast:
     as_of: datetime | None
 
 
+FORECAST_COLUMNS = (
+    RolloutRow.id,
+    RolloutRow.question_id,
+    RolloutRow.policy_version,
+    RolloutRow.p_yes,
+)
+"""A rollout's forecast without its token arrays: rollout id, question, policy version, P(yes)."""
+
+
 def forecasts_of(session: Session, agent_id: int) -> list[Forecast]:
     """Every rollout's answer of one agent, oldest first, without loading token arrays."""
     rows = session.execute(
-        select(
-            RolloutRow.id,
-            RolloutRow.question_id,
-            RolloutRow.policy_version,
-            RolloutRow.p_yes,
-            RolloutRow.as_of,
-        )
+        select(*FORECAST_COLUMNS, RolloutRow.as_of)
         .where(RolloutRow.agent_id == agent_id)
         .order_by(RolloutRow.id)
     ).all()
