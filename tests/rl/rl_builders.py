@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from futureworld.domain import ScoredRollout, Trajectory, Turn
 
@@ -95,3 +95,29 @@ def sample_rollouts(
                 completion = tuple(ids[i, len(prompt) :].tolist())
                 out.append((tuple(prompt), completion, tuple(lp[i].tolist())))
     return out
+
+
+def unequal_groups(model_dir: Path, *, groups: int, group_size: int = 4) -> list[ScoredRollout]:
+    """Scored groups of the tiny model's own samples, of unequal lengths, so a token mean
+    differs from a mean of rank means (the multi-rank tests' batch)."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    gen = torch.Generator().manual_seed(0)
+    rollouts = []
+    for q in range(groups):
+        # groups of unequal lengths, so a token mean differs from a mean of rank means
+        length = 3 + q % 3
+        samples = sample_rollouts(
+            model, [(1 + q, 2, 3)], samples=group_size, completion_tokens=length, generator=gen
+        )
+        for s, (prompt, completion, logp) in enumerate(samples):
+            rollouts.append(
+                make_rollout(
+                    question_id=q,
+                    sample_index=s,
+                    prompt=prompt,
+                    completion=completion,
+                    logprobs=logp,
+                    reward=-sum(completion) / 256,
+                )
+            )
+    return rollouts

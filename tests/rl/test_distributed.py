@@ -10,44 +10,19 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
 
 from futureworld.rl.config import TrainConfig
 from futureworld.rl.launch import train
 from futureworld.rl.parallel import World, split_groups
 from futureworld.rl.trainer import train_policy
 from futureworld.torch_threads import torch_thread_count
-from tests.rl.rl_builders import make_rollout, sample_rollouts
+from tests.rl.rl_builders import unequal_groups
 
 # 3 groups a step over 2 ranks: shares of 2 and 1 groups, so the ranks pack different
 # numbers of rows (micro_batch_tokens=8 puts each rollout in its own row) and rank 1 pads.
 CONFIG = TrainConfig(
     learning_rate=1e-2, micro_batch_tokens=8, groups_per_step=3, precision="fp32", seed=3
 )
-
-
-def _scored(model_dir: Path, *, groups: int, group_size: int = 4) -> list:
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    gen = torch.Generator().manual_seed(0)
-    rollouts = []
-    for q in range(groups):
-        # groups of unequal lengths, so a token mean differs from a mean of rank means
-        length = 3 + q % 3
-        samples = sample_rollouts(
-            model, [(1 + q, 2, 3)], samples=group_size, completion_tokens=length, generator=gen
-        )
-        for s, (prompt, completion, logp) in enumerate(samples):
-            rollouts.append(
-                make_rollout(
-                    question_id=q,
-                    sample_index=s,
-                    prompt=prompt,
-                    completion=completion,
-                    logprobs=logp,
-                    reward=-sum(completion) / 256,
-                )
-            )
-    return rollouts
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
@@ -62,7 +37,7 @@ def test_groups_split_into_contiguous_shares_covering_the_step():
 
 
 def test_two_processes_take_the_same_update_as_one(tiny_model_dir, tmp_path):
-    data = _scored(tiny_model_dir, groups=7)  # steps of 3, 3 and 1 groups
+    data = unequal_groups(tiny_model_dir, groups=7)  # steps of 3, 3 and 1 groups
     one = train_policy(tiny_model_dir, data, CONFIG, tmp_path / "one")
     steps: list[tuple[int, dict[str, float]]] = []
     two = train(
@@ -98,7 +73,7 @@ def test_two_processes_take_the_same_update_as_one(tiny_model_dir, tmp_path):
 
 
 def test_two_process_lora_update_equals_one_process(tiny_model_dir, tmp_path):
-    data = _scored(tiny_model_dir, groups=3)
+    data = unequal_groups(tiny_model_dir, groups=3)
     config = TrainConfig(
         learning_rate=1e-2, micro_batch_tokens=8, groups_per_step=3, precision="fp32", lora=True
     )
@@ -117,7 +92,7 @@ def die_on_rank_one(rank: int, step: int) -> None:
 
 
 def test_a_rank_that_dies_fails_the_run_and_leaves_no_checkpoint(tiny_model_dir, tmp_path):
-    data = _scored(tiny_model_dir, groups=6)
+    data = unequal_groups(tiny_model_dir, groups=6)
     with pytest.raises(RuntimeError, match="distributed training on 2 processes failed"):
         train(tiny_model_dir, data, CONFIG, tmp_path / "v1", nproc=2, rank_hook=die_on_rank_one)
     assert not (tmp_path / "v1").exists()
@@ -125,7 +100,7 @@ def test_a_rank_that_dies_fails_the_run_and_leaves_no_checkpoint(tiny_model_dir,
 
 
 def test_m2po_is_refused_inside_a_process_group_before_training(tiny_model_dir, tmp_path):
-    data = _scored(tiny_model_dir, groups=2)
+    data = unequal_groups(tiny_model_dir, groups=2)
     config = TrainConfig(m2po_tau=0.04, groups_per_step=2, precision="fp32")
     with pytest.raises(RuntimeError, match="M2PO"):
         train(tiny_model_dir, data, config, tmp_path / "v1", nproc=2)
@@ -146,7 +121,7 @@ def test_each_rank_trains_on_its_share_of_the_cores_or_the_named_threads(
     monkeypatch.setenv("THREADS_OUT", str(out))
     # the launcher decides, not the caller's shell (torch caps a count at the machine's cores)
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
-    data = _scored(tiny_model_dir, groups=3)
+    data = unequal_groups(tiny_model_dir, groups=3)
     train(
         tiny_model_dir,
         data,

@@ -11,14 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
 
-from futureworld.domain import ScoredRollout
 from futureworld.rl.config import Parallel, TrainConfig
 from futureworld.rl.launch import train
 from futureworld.rl.parallel import STRATEGIES
 from futureworld.rl.trainer import train_policy
-from tests.rl.rl_builders import make_rollout, sample_rollouts
+from tests.rl.rl_builders import unequal_groups
 
 # 3 groups a step over 2 ranks: shares of 2 and 1 groups, so the ranks pack different numbers
 # of rows (micro_batch_tokens=8 puts each rollout in its own row) and rank 1 pads.
@@ -29,29 +27,6 @@ FSDP2 = replace(DDP, parallel=Parallel.FSDP2)
 # fp32 sums in another order (FSDP2 reduce-scatters every micro-batch, DDP all-reduces once
 # a step), through 3 AdamW steps at lr 1e-2: measured at most ~1e-6 apart (docs/update.md)
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
-
-
-def _scored(model_dir: Path, *, groups: int, group_size: int = 4) -> list[ScoredRollout]:
-    """Groups of unequal lengths (a token mean then differs from a mean of rank means)."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    gen = torch.Generator().manual_seed(0)
-    rollouts = []
-    for q in range(groups):
-        samples = sample_rollouts(
-            model, [(1 + q, 2, 3)], samples=group_size, completion_tokens=3 + q % 3, generator=gen
-        )
-        for s, (prompt, completion, logp) in enumerate(samples):
-            rollouts.append(
-                make_rollout(
-                    question_id=q,
-                    sample_index=s,
-                    prompt=prompt,
-                    completion=completion,
-                    logprobs=logp,
-                    reward=-sum(completion) / 256,
-                )
-            )
-    return rollouts
 
 
 def _assert_same_checkpoint(got: Path, want: Path, weights_file: str) -> None:
@@ -83,7 +58,7 @@ def test_every_strategy_is_registered_and_ddp_is_the_default():
 def test_two_fsdp2_ranks_take_the_update_of_two_ddp_ranks_and_of_one_process(
     tiny_model_dir, tmp_path
 ):
-    data = _scored(tiny_model_dir, groups=7)  # steps of 3, 3 and 1 groups
+    data = unequal_groups(tiny_model_dir, groups=7)  # steps of 3, 3 and 1 groups
     one = train_policy(tiny_model_dir, data, DDP, tmp_path / "one")
     ddp = train(tiny_model_dir, data, DDP, tmp_path / "ddp", nproc=2)
     fsdp = train(tiny_model_dir, data, FSDP2, tmp_path / "fsdp2", nproc=2)
@@ -103,7 +78,7 @@ def test_two_fsdp2_ranks_take_the_update_of_two_ddp_ranks_and_of_one_process(
 
 def test_a_checkpoint_resumes_under_fsdp2_as_in_one_process(tiny_model_dir, tmp_path):
     """The single-process AdamW moments are sharded back onto the ranks (and gathered again)."""
-    data = _scored(tiny_model_dir, groups=3)
+    data = unequal_groups(tiny_model_dir, groups=3)
     first = train_policy(tiny_model_dir, data, DDP, tmp_path / "v1")
     one = train_policy(
         tiny_model_dir, data, DDP, tmp_path / "one", resume_from=first.checkpoint_path
@@ -116,7 +91,7 @@ def test_a_checkpoint_resumes_under_fsdp2_as_in_one_process(tiny_model_dir, tmp_
 
 
 def test_two_fsdp2_ranks_train_the_lora_adapter_one_process_does(tiny_model_dir, tmp_path):
-    data = _scored(tiny_model_dir, groups=3)
+    data = unequal_groups(tiny_model_dir, groups=3)
     lora = TrainConfig(
         learning_rate=1e-2, micro_batch_tokens=8, groups_per_step=3, precision="fp32", lora=True
     )
