@@ -2,9 +2,11 @@
 
 In a terminal: a rich bar with done/total, the percentage, elapsed time and an ETA (from the
 rate so far), and whatever fields the caller keeps up to date. Not in a terminal (a log, CI, a
-pipe): one line whenever the step changes, and a heartbeat line at least every `heartbeat_s`
-(FW_HEARTBEAT_S, else 30 s) from a background thread, so a long step with no updates (a warm
-start's thousand optimiser steps) still shows it is alive and how far it is.
+pipe): a line at the first update, whenever the step changes and when the work ends, and a
+heartbeat line at least every `heartbeat_s` (FW_HEARTBEAT_S, else 30 s) from a background
+thread, so a long step with no updates (a warm start's thousand optimiser steps) still shows it
+is alive and how far it is. Work that fails before its first update or heartbeat prints
+nothing, and failed work no closing line: a refused command's output is its one error line.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class _LogReporter(Reporter):
     def update(self, **changes: Any) -> None:
         before = self.description
         super().update(**changes)
-        if self.description != before:  # a new step is worth a line at once
+        if self.description != before or not self._said:  # the first update, or a new step
             self.say()
 
 
@@ -154,7 +156,6 @@ def progress_report(
             yield _TerminalReporter(description, total, progress)
         return
     reporter = _LogReporter(description, total, console)
-    reporter.say()
     stop = threading.Event()
 
     def beat() -> None:
@@ -168,4 +169,4 @@ def progress_report(
     finally:
         stop.set()
         thread.join()
-        reporter.say()
+    reporter.say()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import time
 
+import pytest
+
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -31,7 +33,7 @@ def test_a_log_gets_a_heartbeat_with_done_total_percentage_and_eta_while_nothing
     lines = buffer.getvalue().splitlines()
     beats = [line for line in lines if "warm start 3/10 (30%) ETA" in line]
     assert len(beats) >= 3 and all(line.endswith(", loss 0.7") for line in beats)
-    assert "] warm start" in lines[0]  # the first line, before any update
+    assert "] warm start 3/10" in lines[0]  # the first update's line
     assert any("rounds 4/10 (40%)" in line for line in lines)  # a new step: a line at once
     assert "rounds 4/10" in lines[-1]  # and a last line when the work ends
 
@@ -41,6 +43,18 @@ def test_without_a_total_a_log_line_counts_what_is_done():
     with progress_report(console, "predict tiny", heartbeat_s=3600) as progress:
         progress.update(advance=5)
     assert buffer.getvalue().splitlines()[-1].endswith("predict tiny 5 done")
+
+
+def test_work_that_fails_before_its_first_update_prints_nothing_and_failed_work_no_last_line():
+    console, buffer = _log_console()
+    with pytest.raises(ValueError), progress_report(console, "import", heartbeat_s=3600):
+        raise ValueError("its forecast_due_date is not the round")
+    assert buffer.getvalue() == ""
+    with pytest.raises(ValueError), progress_report(console, "import", 4, heartbeat_s=3600) as p:
+        p.update(advance=1)
+        raise ValueError("row 2 is broken")
+    assert buffer.getvalue().splitlines() == [buffer.getvalue().splitlines()[0]]
+    assert buffer.getvalue().rstrip().endswith("import 1/4 (25%) ETA 0:00")
 
 
 def test_a_terminal_shows_a_bar_with_done_total_percentage_and_eta():
@@ -64,7 +78,8 @@ def test_train_outside_a_terminal_prints_its_steps_done_of_planned(
     )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert "] train tiny" in lines[0]  # before the first step
+    ours = [line for line in lines if "] train tiny" in line]
+    assert "train tiny: step 1 1/3" in ours[0], lines  # the first update's line comes first
     # three groups, one a step: a line at each tenth, the done/planned count, then the end
     for done in (1, 2, 3):
         share = f"{done / 3:.0%}"
