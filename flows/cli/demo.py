@@ -82,8 +82,20 @@ def demo_command(
     ] = None,
     kl_coef: Annotated[
         float,
-        typer.Option(min=0.0, help="k3 KL penalty of every update to the warm start; 0 = off."),
+        typer.Option(
+            min=0.0,
+            help="k3 KL penalty of every update to the warm start (or the --kl-trail "
+            "version); 0 = off.",
+        ),
     ] = 0.0,
+    kl_trail: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Anchor the KL penalty to the version K promotions before each update's "
+            "base, never older than the warm start.",
+        ),
+    ] = None,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -126,6 +138,7 @@ def demo_command(
             validation_fraction=validation_fraction,
             report_to=report_to,
             rl_kl_coef=kl_coef,
+            rl_kl_trail=kl_trail,
             train_set=tuple(set_ or ()),
         )
     except TrainConfigError as error:

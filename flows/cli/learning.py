@@ -84,7 +84,8 @@ def train_command(
         typer.Option(
             min=0,
             help="Registered version the KL penalty anchors to: 0 (the base model, the "
-            "default) or a later full model, e.g. the supervised warm start.",
+            "default) or a later full model, e.g. the supervised warm start; with "
+            "--kl-trail, the oldest version the trailing anchor may reach.",
         ),
     ] = TrainOptions.model_fields["kl_reference"].default,
     kl_trail: Annotated[
@@ -93,7 +94,8 @@ def train_command(
             min=0,
             help="Anchor the KL penalty to the promoted version K promotions before the "
             "update's base (rejected versions skipped; the oldest promoted one when the "
-            "lineage is shorter), found again at every update. Not with --kl-reference.",
+            "lineage is shorter), found again at every update; with --kl-reference, never "
+            "older than that version.",
         ),
     ] = TrainOptions.model_fields["kl_trail"].default,
     max_groups: Annotated[int | None, typer.Option(help="Replay at most this many groups.")] = None,
@@ -152,11 +154,7 @@ def train_command(
     Every training setting is a TrainConfig field, set by --config FILE.toml and --set
     name=value (defaults: TrainConfig's)."""
     from flows.stages.lineage import LineageError, check_update, kl_anchor
-    from flows.stages.train_options import (
-        KL_ANCHOR_CLASH,
-        TrainConfigError,
-        config_with_overrides,
-    )
+    from flows.stages.train_options import TrainConfigError, config_with_overrides
     from flows.stages.training import (
         replay_and_train,
         sft_trajectories_from_jsonl,
@@ -176,8 +174,6 @@ def train_command(
         config = config_with_overrides(TrainConfig(), sets=sets, toml=config_file)
     except TrainConfigError as error:
         raise UserError(str(error)) from None
-    if kl_reference is not None and kl_trail is not None:
-        raise UserError(KL_ANCHOR_CLASH.format(kl_reference, kl_trail))
     options = TrainOptions(
         config=config,
         lora=lora,

@@ -72,8 +72,11 @@ class DemoConfig:
     sft_learning_rate: float = 1e-3
     rl_learning_rate: float = 1e-3
     rl_kl_coef: float = 0.0
-    """k3 KL penalty of every RL update to the supervised warm start (`WARM_START_VERSION`);
-    0 = off."""
+    """k3 KL penalty of every RL update to the supervised warm start (`WARM_START_VERSION`),
+    or with `rl_kl_trail` to a trailing version; 0 = off."""
+    rl_kl_trail: int | None = None
+    """Anchor the KL penalty to the version this many promotions before each update's base
+    (`TrainOptions.kl_trail`), never older than the warm start; None: the warm start."""
     rl_groups_per_step: int = 5
     """Whole groups per optimiser step: 5 questions × G = 8 = the 40 rollouts a step tuned
     with benchmarks/learning_curve.py (gradients accumulate over the step's rows)."""
@@ -246,4 +249,5 @@ class DemoConfig:
             min_groups=self.min_groups,
             kind_rewards=tuple(own_reward[k] for k in self.extra_kinds),
             kl_reference=WARM_START_VERSION,
+            kl_trail=self.rl_kl_trail,
         )

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flows.context import PipelineContext
-from flows.stages.train_options import KL_ANCHOR_CLASH
 from futureworld.domain import Agent, BackendKind, PolicyVersion, VersionStatus
 from futureworld.policy.base import is_lora_adapter
 from futureworld.rl.config import Estimator, TrainConfig
@@ -107,17 +106,21 @@ def _check_reference(agent: Agent, current: PolicyVersion, version: int, *, lora
         )
 
 
-def trailing_reference(versions: Sequence[PolicyVersion], base: int, trail: int) -> int:
+def trailing_reference(
+    versions: Sequence[PolicyVersion], base: int, trail: int, *, oldest: int = 0
+) -> int:
     """The version `trail` promotions before `base` along its parents: the list of `base`
-    then its promoted ancestors, nearest first (a rejected or candidate ancestor is skipped:
-    it never served), at index `trail`, or its last, the oldest promoted ancestor, when the
-    lineage is shorter. `versions` are the agent's registered versions."""
+    then its promoted ancestors no older than `oldest`, nearest first (a rejected or candidate
+    ancestor is skipped: it never served), at index `trail`, or its last, the oldest such
+    ancestor, when the lineage is shorter. `versions` are the agent's registered versions;
+    `oldest` keeps the anchor off versions nobody would anchor to (the demo's randomly
+    initialised v0 before its supervised warm start v1)."""
     by_number = {v.version: v for v in versions}
     if base not in by_number:
         raise LineageError(f"v{base} is not a registered version")
     chain = [base]
     parent = by_number[base].parent_version
-    while parent is not None:
+    while parent is not None and parent >= oldest:
         ancestor = by_number[parent]
         if ancestor.status is VersionStatus.PROMOTED:
             chain.append(ancestor.version)
@@ -134,14 +137,13 @@ def kl_anchor(
     kl_trail: int | None,
     lora: bool,
 ) -> int:
-    """The version an update of `base` anchors its KL penalty to: `kl_reference` when named;
-    with `kl_trail`, `trailing_reference` of the agent's lineage now (so each update's anchor
-    moves with the policy); otherwise the base model, version 0. Both named, or a trailing
-    anchor for LoRA (whose reference is always the base under the adapter): LineageError."""
+    """The version an update of `base` anchors its KL penalty to: `kl_reference` when named
+    alone; with `kl_trail`, `trailing_reference` of the agent's lineage now (so each update's
+    anchor moves with the policy), never older than `kl_reference` when both are named;
+    otherwise the base model, version 0. A trailing anchor for LoRA (whose reference is
+    always the base under the adapter): LineageError."""
     if kl_trail is None:
         return 0 if kl_reference is None else kl_reference
-    if kl_reference is not None:
-        raise LineageError(KL_ANCHOR_CLASH.format(kl_reference, kl_trail))
     if lora:
         raise LineageError(
             f"kl_trail={kl_trail} with LoRA: a LoRA update's KL reference is the base under "
@@ -149,7 +151,8 @@ def kl_anchor(
         )
     with session_scope(ctx.engine) as session:
         versions = list_policy_versions(session, agent.id)
-    return trailing_reference(versions, base.version, kl_trail)
+    oldest = 0 if kl_reference is None else kl_reference
+    return trailing_reference(versions, base.version, kl_trail, oldest=oldest)
 
 
 def reference_version(

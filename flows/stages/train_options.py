@@ -26,10 +26,6 @@ from futureworld.rl.config import Estimator, TrainConfig
 
 DECIDED_FIELDS = frozenset({"lora", "device"})
 """TrainConfig fields an update decides itself (lineage, settings); no caller sets them."""
-KL_ANCHOR_CLASH = (
-    "kl_reference={} and kl_trail={} both name the KL anchor: give a fixed version "
-    "(kl_reference) or a trailing one (kl_trail), not both"
-)
 
 
 class TrainConfigError(ValueError):
@@ -139,15 +135,16 @@ class TrainOptions(BaseModel):
     without a restart), all weights for a local one (`flows.stages.lineage.lora_for`)."""
     kl_reference: int | None = Field(default=None, ge=0)
     """The registered version the KL penalty (`config.kl_coef`) anchors to: 0, the base
-    model, or a later full model such as the supervised warm start. None: `kl_trail`'s
-    version when it is given, else 0."""
+    model, or a later full model such as the supervised warm start. With `kl_trail`: the
+    oldest version the trailing anchor may reach. None: `kl_trail`'s version when it is
+    given, else 0."""
     kl_trail: int | None = Field(default=None, ge=0)
     """Anchor the KL penalty to the promoted version this many promotions before the
     update's base, found again at every update along the base's parents (versions not
     promoted are skipped; the oldest promoted one when the lineage is shorter:
     `flows.stages.lineage.trailing_reference`), so the anchor trails the policy. 0 anchors to
-    the base itself. Not with `kl_reference`, nor with LoRA (its reference is the base
-    model under the adapter)."""
+    the base itself; never older than `kl_reference` when that is given. Not with LoRA (its
+    reference is the base model under the adapter)."""
     max_groups: int | None = None
     """Replay at most this many groups (oldest first); the rest wait for the next update."""
     min_groups: int = 1
@@ -175,8 +172,6 @@ class TrainOptions(BaseModel):
                 f"config.{', config.'.join(sorted(decided))} is decided by the update itself: "
                 "use TrainOptions.lora, and FW_DEVICE for the device"
             )
-        if self.kl_reference is not None and self.kl_trail is not None:
-            raise ValueError(KL_ANCHOR_CLASH.format(self.kl_reference, self.kl_trail))
         rewards = self.rewards
         kinds = [_reward_kind(RewardFn(fn)) for fn in rewards]
         if len(set(kinds)) != len(kinds):

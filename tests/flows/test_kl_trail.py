@@ -1,7 +1,8 @@
 """A KL anchor that trails the policy (TrainOptions.kl_trail): each update anchors to the
 promoted version k promotions before its base, found again along the base's parents (versions
-not promoted skipped, the oldest promoted one when the lineage is shorter); the run records
-the anchor, and the update equals one anchored to that version by number."""
+not promoted skipped, the oldest promoted one when the lineage is shorter, never older than
+kl_reference when both are given); the run records the anchor, and the update equals one
+anchored to that version by number."""
 
 from __future__ import annotations
 
@@ -41,13 +42,16 @@ def test_the_trailing_reference_counts_promotions_along_the_parents() -> None:
     assert trailing_reference(versions, 3, 9) == 0  # shorter lineage: the oldest promoted
     assert [trailing_reference(versions, 4, k) for k in range(3)] == [4, 3, 1]
     assert trailing_reference(versions, 0, 2) == 0
+    # a floor: never older than v1 (the demo's v0 is a random init, v1 its warm start)
+    assert [trailing_reference(versions, 3, k, oldest=1) for k in range(4)] == [3, 1, 1, 1]
+    assert [trailing_reference(versions, 4, k, oldest=3) for k in range(3)] == [4, 3, 3]
+    assert trailing_reference(versions, 1, 5, oldest=1) == 1
     with pytest.raises(LineageError, match="v7 is not a registered version"):
         trailing_reference(versions, 7, 1)
 
 
-def test_a_fixed_and_a_trailing_anchor_together_are_refused() -> None:
-    with pytest.raises(ValidationError, match="kl_reference=1 and kl_trail=2 both name"):
-        TrainOptions(kl_reference=1, kl_trail=2)
+def test_a_trailing_anchor_is_a_non_negative_count() -> None:
+    assert TrainOptions(kl_reference=1, kl_trail=2).kl_trail == 2  # v1 is its floor
     with pytest.raises(ValidationError, match="greater than or equal to 0"):
         TrainOptions(kl_trail=-1)
     assert TrainOptions.model_validate({"kl_trail": 1}).kl_trail == 1  # a Prefect parameter
@@ -112,13 +116,21 @@ def test_kl_trail_anchors_to_the_promoted_version_before_the_base_skipping_a_rej
         kl_anchor(ctx, agent, newest, kl_reference=None, kl_trail=k, lora=False)
         for k in (1, 2, 3, 8)
     ] == [3, 1, 0, 0]
+    assert [
+        kl_anchor(ctx, agent, newest, kl_reference=1, kl_trail=k, lora=False) for k in (1, 2, 8)
+    ] == [3, 1, 1]
     with pytest.raises(LineageError, match="kl_trail=1 with LoRA"):
         kl_anchor(ctx, agent, newest, kl_reference=None, kl_trail=1, lora=True)
 
-    refused = CliRunner().invoke(
+    # the CLI takes the floor with the trail: from v5, two promotions back is v1, floored at v3
+    floored = CliRunner().invoke(
         app,
-        ["train", "--agent", "tiny", "--kl-trail", "1", "--kl-reference", "0", "--db", db_url],
-        env={"FW_DATA_DIR": str(tmp_path)},
-    )
-    assert refused.exit_code == 2, refused.output
-    assert "kl_reference=0 and kl_trail=1 both name the KL anchor" in refused.output
+        [
+            "train", "--agent", "tiny", "--kl-trail", "2", "--kl-reference", "3",
+            "--kl-coef", "0.1", "--set", "groups_per_step=3", "--learning-rate", "1e-3",
+            "--reuse", "--db", db_url,
+        ],
+        env={"FW_DATA_DIR": str(tmp_path), "FW_VALIDATION_FRACTION": "0"},
+    )  # fmt: skip
+    assert floored.exit_code == 0, floored.output
+    assert _run_config(engine, 6)["reference_version"] == 3
