@@ -13,14 +13,14 @@ or resolution criteria); that replaces the old `--title-only` flag, which blanke
 fields, so the full prompt is no longer an option here.
 
 Each round is scored on the round's own rollouts and on the demo's fixed evaluation panel
-(`build_panel` / `score_panel`: the same questions and outcomes every round, from world days no
-round reaches, answered in batched one-turn prompts, so round-to-round differences are the
-policy's alone): Brier, ECE (10 bins), accuracy, the Brier of the true probabilities on the
-same questions, the expected Brier E_y[(q − y)²] = (q − p)² + p(1 − p) under the true p
-(outcome-noise-free), and the mean forecast per cue level (the calibration mapping). Passes
-when the demo's claim (`learning_claim`) holds: Brier and ECE on the panel both drop from
-round 0 to the last round beyond their 95% paired bootstrap intervals (questions resampled in
-both rounds at once), without the parse rate falling by more than 0.02.
+(`build_panel` / `score_panel`: the same questions and outcomes every round, from a panel
+world of their own (`panel_world`), answered in batched one-turn prompts, so round-to-round
+differences are the policy's alone): Brier, ECE (10 bins), accuracy, the Brier of the true
+probabilities on the same questions, the expected Brier E_y[(q − y)²] = (q − p)² + p(1 − p)
+under the true p (outcome-noise-free), and the mean forecast per cue level (the calibration
+mapping). Passes when the demo's claim (`learning_claim`) holds: Brier and ECE on the panel
+both drop from round 0 to the last round beyond their 95% paired bootstrap intervals
+(questions resampled in both rounds at once), without the parse rate falling by more than 0.02.
 
     .venv/bin/python benchmarks/learning_curve.py [--rounds 30 --lr 1e-3 --groups-per-step 5 ...]
 
@@ -64,11 +64,11 @@ import numpy as np
 import torch
 
 from flows.demo.panel import (
-    PANEL_QUESTIONS_PER_DAY,
     PanelQuestion,
     PanelScore,
     as_harvested,
     build_panel,
+    panel_world,
     score_panel,
     warm_start_questions,
     warm_start_trajectories,
@@ -353,14 +353,9 @@ def run(cfg: CurveConfig, work: Path) -> list[dict[str, float]]:
             f"SFT: {len(demos)} demonstrations, {result.steps} steps, "
             f"{time.perf_counter() - started:.0f}s"
         )
-    panel_world = World(
-        WorldConfig(
-            seed=cfg.seed,
-            questions_per_day=min(cfg.eval_questions, PANEL_QUESTIONS_PER_DAY),
-            cancel_rate=0.0,
-        )
+    panel = build_panel(
+        panel_world(WorldConfig(seed=cfg.seed), cfg.eval_questions), cfg.eval_questions
     )
-    panel = build_panel(panel_world, cfg.eval_questions)
     train_cfg = TrainConfig(
         estimator=cfg.estimator,
         learning_rate=cfg.lr,

@@ -33,13 +33,13 @@ from pathlib import Path
 
 from flows.context import build_context, open_engine
 from flows.demo.config import LEARNER, DemoConfig
-from flows.demo.panel import PANEL_QUESTIONS_PER_DAY, PanelScore, build_panel, score_panel
+from flows.demo.panel import PanelScore, build_panel, panel_world, score_panel
 from flows.demo.report import learning_claim
 from flows.demo.run import run_demo
 from flows.settings import Settings
 from futureworld.rl.config import Estimator
 from futureworld.scoring import brier, expected_calibration_error
-from futureworld.world import World, WorldConfig
+from futureworld.world import WorldConfig
 from storage.engine import session_scope
 from storage.repositories.agents import get_policy_version
 
@@ -63,14 +63,10 @@ def _panels(config: DelayedDemoConfig, versions: list[int]) -> list[PanelScore]:
     settings = Settings(data_dir=state, db_url=f"sqlite:///{state / 'futureworld.db'}")
     engine = open_engine(settings)
     ctx = build_context(settings, engine)
-    panel_world = World(
-        config.world_config(
-            seed=config.seed,
-            questions_per_day=min(config.panel_questions, PANEL_QUESTIONS_PER_DAY),
-            cancel_rate=0.0,
-        )
+    panel = build_panel(
+        panel_world(config.world_config(seed=config.seed), config.panel_questions),
+        config.panel_questions,
     )
-    panel = build_panel(panel_world, config.panel_questions)
     learner = ctx.agent(LEARNER)
     scores = []
     for round_no, number in enumerate(versions):

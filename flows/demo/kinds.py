@@ -3,9 +3,9 @@ their held-out panels, forecasting them each round through the rollout engine, a
 warm-start demonstrations. How a panel is scored is kind_scores.py's; the paired
 first-vs-last-round claim and the report's section are kind_report.py's.
 
-A kind's panel is drawn like the binary one (flows.demo.panel): the world's questions of that
-kind from PANEL_DAY on, as the Manifold adapter harvests them, with their outcomes and true
-distributions, forecast by every round's policy with the same seeds (common random numbers).
+A kind's panel is drawn like the binary one (flows.demo.panel): the questions of that kind the
+panel world poses from day 0 on, as the Manifold adapter harvests them, with their outcomes and
+true distributions, forecast by every round's policy with the same seeds (common random numbers).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from datetime import timedelta
 import numpy as np
 
 from flows.demo.kind_scores import KIND_PANELS, KindPanelScore
-from flows.demo.panel import CYCLE_HOUR, PANEL_DAY, forecast_panel
+from flows.demo.panel import CYCLE_HOUR, forecast_panel
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
 from futureworld.answers import ANSWER_FORMATS
 from futureworld.domain import (
@@ -57,10 +57,11 @@ class KindPanelQuestion:
 
 
 def build_kind_panel(world: World, kind: QuestionKind, n: int) -> list[KindPanelQuestion]:
-    """The first `n` questions of `kind` posed from PANEL_DAY on, with their outcomes."""
+    """The first `n` questions of `kind` the panel world poses from day 0 on, with their
+    outcomes."""
     wanted = KIND_PANELS[kind].sim_type
     out: list[KindPanelQuestion] = []
-    day = PANEL_DAY
+    day = 0
     while len(out) < n:
         far = world.day_start(day + 30)
         for sim in world.kind_questions_posed_on(day):
@@ -71,7 +72,7 @@ def build_kind_panel(world: World, kind: QuestionKind, n: int) -> list[KindPanel
             question = replace(as_harvested_kind(world, sim), id=-(len(out) + 1))
             out.append(KindPanelQuestion(question, float(resolution.value), sim))
         day += 1
-        if day > PANEL_DAY + 10 * n:
+        if day > 10 * n:
             raise ValueError(f"the panel world poses no {kind} questions")
     return out
 

@@ -2,7 +2,7 @@
 forecast multi-turn through the rollout engine over an in-memory corpus of that world's
 articles (each question searching them as of its own cut-off), and what the rollouts did.
 
-The panel world has its own seed (`PANEL_SEED_OFFSET`), so no panel question, entity pairing
+The panel world has its own seed (flows.demo.panel.panel_seed), so no panel question, entity pairing
 or article is one the learner trains on, and it poses as many questions a day as the demo's
 world, so search faces the same crowd of same-entity articles. Each question carries its
 informed floor (World.informed_probability) and its evidence articles' corpus ids, so a
@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session
 
 from flows.demo.panel import PanelScore, as_harvested, forecast_panel, panel_score
+from flows.demo.panel import panel_world as demo_panel_world
 from flows.demo.researcher import world_corpus
 from futureworld.agent.parsing import ActionKind
 from futureworld.agent.tools import InMemoryCorpus
@@ -30,8 +31,6 @@ from storage.repositories.articles import articles_between
 from storage.repositories.questions import list_questions
 from storage.repositories.rollouts import rollouts_for
 
-PANEL_SEED_OFFSET = 20_000
-"""The research panel world's seed is the demo's seed plus this (the warm start's is +10 000)."""
 TOOLS = (ActionKind.SEARCH, ActionKind.OPEN)
 
 
@@ -95,15 +94,13 @@ class ResearchRound:
 
 def panel_world(seed: int, questions_per_day: int, *, max_horizon_days: int) -> World:
     """The research world the panel of demo seed `seed` is drawn from (no cancellations)."""
-    return World(
-        WorldConfig(
-            seed=seed + PANEL_SEED_OFFSET,
-            questions_per_day=questions_per_day,
-            max_horizon_days=max_horizon_days,
-            cancel_rate=0.0,
-            research=True,
-        )
+    base = WorldConfig(
+        seed=seed,
+        questions_per_day=questions_per_day,
+        max_horizon_days=max_horizon_days,
+        research=True,
     )
+    return demo_panel_world(base, questions_per_day)
 
 
 def build_research_panel(

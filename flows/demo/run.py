@@ -64,9 +64,9 @@ from flows.demo.kind_scores import KindPanelScore
 from flows.demo.kinds import build_kind_panel
 from flows.demo.panel import (
     CYCLE_HOUR,
-    PANEL_QUESTIONS_PER_DAY,
     PanelScore,
     build_panel,
+    panel_world,
 )
 from flows.demo.report import (
     LearningClaim,
@@ -154,13 +154,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             max_horizon_days=config.max_horizon_days,
         )
     )
-    panel_world = World(
-        config.world_config(
-            seed=config.seed,
-            questions_per_day=min(config.panel_questions, PANEL_QUESTIONS_PER_DAY),
-            cancel_rate=0.0,
-        )
-    )
+    panels_from = panel_world(config.world_config(seed=config.seed), config.panel_questions)
     start_at = world.day_start(0) + timedelta(hours=CYCLE_HOUR)
     clock = SimClock(start_at)
     settings = Settings(data_dir=state, db_url=f"sqlite:///{state / DATABASE}")
@@ -202,11 +196,11 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             max_horizon_days=config.max_horizon_days,
         )
     else:
-        panel = build_panel(panel_world, config.panel_questions)
+        panel = build_panel(panels_from, config.panel_questions)
     panels: list[PanelScore] = []
     research_rounds: list[ResearchRound] = []
     kind_panels = {
-        kind: build_kind_panel(panel_world, kind, config.kind_panel_questions)
+        kind: build_kind_panel(panels_from, kind, config.kind_panel_questions)
         for kind in config.extra_kinds
     }
     kind_scores: dict[QuestionKind, list[KindPanelScore]] = {k: [] for k in kind_panels}

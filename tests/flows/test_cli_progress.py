@@ -8,7 +8,6 @@ import io
 import time
 
 import pytest
-
 from rich.console import Console
 from typer.testing import CliRunner
 
