@@ -147,3 +147,11 @@ def test_too_few_questions_leave_the_brier_rule_out() -> None:
     assert verdict.promote and verdict.brier_ci is None
     assert "Brier rule needs 10 questions" in verdict.reason
     assert not judge_candidate(worse, HEDGING, few, GateOptions(min_brier_questions=3)).promote
+
+
+def test_a_small_validation_set_gets_more_rollouts_per_question() -> None:
+    options = GateOptions(samples=4, min_rollouts=128, max_samples=32)
+    assert [options.samples_for(n) for n in (0, 1, 4, 5, 32, 33, 200)] == [4, 32, 32, 26, 4, 4, 4]
+    assert GateOptions(min_rollouts=0).samples_for(3) == 4
+    with pytest.raises(ValueError, match="max_samples >= samples"):
+        GateOptions(samples=8, max_samples=4)

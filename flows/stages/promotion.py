@@ -321,7 +321,8 @@ def _forecasts(
             missing.append(question)
     failures: list[str] = []
     if missing:
-        made, failures = _forecast_now(ctx, agent, version, missing, options.samples)
+        per_question = options.samples_for(len(questions))
+        made, failures = _forecast_now(ctx, agent, version, missing, per_question)
         samples.update(made)
     return samples, missing, failures
 
