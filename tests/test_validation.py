@@ -4,6 +4,7 @@ deterministic hash of (source, external_id); the verdict's rules on hand-made fo
 from __future__ import annotations
 
 import hashlib
+import math
 
 import pytest
 
@@ -130,14 +131,32 @@ def test_brier_rejects_only_when_the_whole_interval_is_above_the_allowed_increas
     # every question is worse by the same amount: the interval is one point, above 0
     assert verdict.brier_ci == pytest.approx((0.0525, 0.0525), abs=1e-12)  # 0.55² − 0.5²
     assert not verdict.promote and "lower end +0.0525 > +0.0000" in verdict.reason
-    assert judge_candidate(
-        slightly_worse, HEDGING, OUTCOMES, GateOptions(max_brier_increase=0.06)
-    ).promote
+    lenient = GateOptions(max_brier_increase=0.06, max_brier_point_increase=None)
+    assert judge_candidate(slightly_worse, HEDGING, OUTCOMES, lenient).promote
     # worse by 0.0525 on the first ten questions, better by 0.0475 on the others
     mixed = {q: (abs(y - 0.55) if q < 10 else abs(y - 0.45),) for q, y in OUTCOMES.items()}
     mixed_verdict = judge_candidate(mixed, HEDGING, OUTCOMES, GateOptions())
     assert mixed_verdict.brier_ci is not None and mixed_verdict.brier_ci[0] < 0.0
     assert mixed_verdict.promote
+
+
+def test_a_candidate_worse_beyond_the_point_bound_is_rejected_inside_the_interval() -> None:
+    # 0.20 worse on the first ten questions, 0.14 better on the others: +0.03 on the mean
+    def off(y: float, distance: float) -> tuple[float]:
+        return (1.0 - distance if y else distance,)
+
+    noisy = {q: off(y, math.sqrt(0.45) if q < 10 else math.sqrt(0.11)) for q, y in OUTCOMES.items()}
+    verdict = judge_candidate(noisy, HEDGING, OUTCOMES, GateOptions())
+    assert verdict.brier_difference == pytest.approx(0.03, abs=1e-12)
+    assert verdict.brier_ci is not None and verdict.brier_ci[0] < 0.0  # the interval acquits
+    assert not verdict.promote
+    assert "Brier +0.0300 worse than parent (bound +0.0200)" in verdict.reason
+    assert "beyond the interval" not in verdict.reason
+    assert judge_candidate(
+        noisy, HEDGING, OUTCOMES, GateOptions(max_brier_point_increase=0.04)
+    ).promote
+    few = {q: OUTCOMES[q] for q in range(3)}  # below min_brier_questions neither Brier rule
+    assert judge_candidate({q: noisy[q] for q in few}, HEDGING, few, GateOptions()).promote
 
 
 def test_too_few_questions_leave_the_brier_rule_out() -> None:
