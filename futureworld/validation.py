@@ -63,9 +63,9 @@ class GateOptions:
     min_rollouts: int = 128
     """Rollouts a version forecasts across the validation set at the least: a small set (an
     agent's first updates hold out a handful of questions) gets more rollouts per question
-    (`samples_for`), so the parse-rate and collapse rules judge on enough answers. Measured:
-    on 4 validation questions x 4 rollouts a candidate passed at parse rate 0.94 that parsed
-    0.75 of a 2000-question panel (demo seed 2, v3)."""
+    (`samples_for`), so the parse-rate and collapse rules judge on more answers. It narrows
+    the sampling error only: demo seed 2's v3 parsed 0.94 of 16 and 0.93 of 128 rollouts on
+    the 4 questions resolved by then, and 0.75 of the 2000-question panel (docs/results.md)."""
     max_samples: int = 32
     """The most rollouts per question `min_rollouts` may ask for."""
     max_questions: int | None = 200
@@ -86,11 +86,10 @@ class GateOptions:
     explains. 0 rejects only a version worse with confidence `level`."""
     max_brier_point_increase: float | None = 0.02
     """Reject, with at least min_brier_questions questions, when Brier(candidate) −
-    Brier(parent) itself is above this, though the interval cannot yet convict it: on the
-    30-odd questions of an early update a version 0.024 worse on validation (0.028 on the
-    demo's 2000-question panel, demo seed 5, v8) passed the interval rule. In 8 demo runs it
-    would have rejected 2 more of 156 versions (that one, and one 0.003 worse on the panel).
-    None: the interval rule alone."""
+    Brier(parent) itself is above this, though the interval cannot yet convict it (on the
+    30-odd questions of an early update a version 0.024 worse passed the interval rule). Over
+    the 156 versions of 8 demo runs it would have rejected 2 more (one 0.028 worse on the
+    panel, one 0.003). None: the interval rule alone."""
     min_brier_questions: int = 10
     """The Brier rule needs this many validation questions; below it only the health rules
     (parse rate, extremes) decide, and the reason says so."""

@@ -7,8 +7,8 @@ their paired bootstrap intervals (docs/results.md).
 
 The gate is off here (validation_fraction 0) because this is the claim about the update
 itself: every group trains and every version serves. `make demo` runs with the gate on, and on
-seed 0 it then improves ECE beyond its interval but not Brier (docs/results.md, "The promotion
-gate on seeds 0 and 2"); the gate's own behaviour is tested in tests/flows/test_promotion.py
+seed 0 it then improves ECE beyond its interval but not Brier (docs/results.md, "Eight seeds of
+the defaults, with the gate"); the gate's own behaviour is tested in tests/flows/test_promotion.py
 and, on a small research demo, in tests/flows/test_demo_research.py.
 
 Calibration is learned from outcomes, and outcomes are noisy, so a run much smaller than this
