@@ -3,6 +3,7 @@ database (PREFECT_HOME and telemetry are pinned in tests/conftest.py)."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -114,3 +115,15 @@ def resolve_every_question(engine: Engine) -> None:
                 for i, q in enumerate(list_questions(session))
             ],
         )
+
+
+def stop_process(process: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL if `process` has not exited within `grace_s`: how fast a helper
+    process (a browser, a Prefect worker) shuts down on a loaded machine is not what a test is
+    about."""
+    process.terminate()
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(30)

@@ -55,6 +55,7 @@ from storage.engine import make_engine, session_scope, upgrade_database
 from storage.repositories.agents import ensure_agent
 from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
 from storage.repositories.rollouts import insert_rollouts
+from tests.flows.conftest import stop_process
 from tests.flows.prefect_server import running_prefect_server
 
 CHROMIUM = os.environ.get("FW_CHROMIUM", "chromium")
@@ -190,12 +191,7 @@ def browser(tmp_path_factory) -> Iterator[Browser]:
             tab.call("Runtime.enable")
             yield tab
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_process(process, 30)
         log.close()
 
 

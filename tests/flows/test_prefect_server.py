@@ -14,6 +14,7 @@ import pytest
 
 from storage.engine import make_engine, session_scope
 from storage.repositories.agents import get_agent, latest_policy_version
+from tests.flows.conftest import stop_process
 from tests.flows.prefect_server import PREFECT, running_prefect_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,17 +34,6 @@ def _prefect(env: dict[str, str], *args: str, timeout: float = 180) -> str:
     )
     assert result.returncode == 0, f"prefect {' '.join(args)}:\n{result.stdout}\n{result.stderr}"
     return result.stdout
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM, and SIGKILL if it has not exited in 120 s: a worker shutting down on a loaded
-    machine took over 30 s, and how fast it stops is not what this test is about."""
-    process.terminate()
-    try:
-        process.wait(120)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(30)
 
 
 def test_deployments_run_on_a_real_server_with_a_process_worker(
@@ -93,7 +83,7 @@ def test_deployments_run_on_a_real_server_with_a_process_worker(
             "90",
         )
     finally:
-        _stop(worker)
+        stop_process(worker, 120)  # a loaded machine's worker took over 30 s to stop
         worker_log.close()
 
     engine = make_engine(db_url)
