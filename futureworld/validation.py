@@ -70,6 +70,14 @@ class GateOptions:
     """The most rollouts per question `min_rollouts` may ask for."""
     max_questions: int | None = 200
     """Score at most this many validation questions: the most recently resolved."""
+    max_unresolved: int | None = 100
+    """Judge the health rules (parse rate, extremes), which need no outcome, also on up to
+    this many held-out questions posed by the gate's as-of and not yet resolved, the newest
+    first. An agent's first updates have a handful of resolved held-out questions, and the
+    early-resolving ones are unlike the rest: over 8 demo runs, versions that parsed 0.93 of
+    the 4 questions resolved by round 2 parsed 0.73–0.90 of the 2000-question panel and were
+    served. The unresolved ones are a sample of what the agent is asked now. 0: resolved
+    questions only; None: every one."""
     max_parse_drop: float = 0.05
     """Reject when the candidate's parse rate is below its parent's by more than this with
     confidence `level`: the lower end of the interval of the drop (`parse_drop_interval`) is
@@ -113,6 +121,8 @@ class GateOptions:
             raise ValueError("min_rollouts must be >= 0 and max_samples >= samples")
         if self.max_questions is not None and self.max_questions < 1:
             raise ValueError(f"max_questions must be >= 1 or None; got {self.max_questions}")
+        if self.max_unresolved is not None and self.max_unresolved < 0:
+            raise ValueError(f"max_unresolved must be >= 0 or None; got {self.max_unresolved}")
         if not 0.0 < self.level < 1.0:
             raise ValueError(f"level must lie in (0, 1); got {self.level}")
 
@@ -131,12 +141,18 @@ Samples = Mapping[int, Sequence[float | None]]
 
 @dataclass(frozen=True, kw_only=True)
 class ForecastHealth:
-    """One version's forecasts of the validation questions, summarised."""
+    """One version's forecasts of the validation questions, summarised: Brier over the
+    resolved ones, parse rate and extreme share over every one forecast (resolved or not)."""
 
     questions: int
-    brier: float
+    """Resolved questions, which the Brier is over."""
+    brier: float | None
     """Brier of the question forecasts (a question's: the mean of its rollouts, an unparsed
-    one counted as IMPUTED_P, futureworld.evaluation.question_forecast)."""
+    one counted as IMPUTED_P, futureworld.evaluation.question_forecast); None with no
+    resolved question."""
+    health_questions: int
+    """Questions the parse rate and extreme share are over: the resolved ones and the
+    unresolved ones forecast for the health rules."""
     parse_rate: float
     """Parsed rollouts / all rollouts."""
     extreme_share: float
@@ -151,7 +167,7 @@ class GateVerdict:
     candidate: ForecastHealth
     parent: ForecastHealth
     brier_difference: float
-    """Brier(candidate) − Brier(parent) on the same questions."""
+    """Brier(candidate) − Brier(parent) on the same resolved questions (0 with none)."""
     brier_ci: tuple[float, float] | None
     """Its paired bootstrap interval; None when too few questions for the Brier rule."""
     parse_drop: float
@@ -161,14 +177,18 @@ class GateVerdict:
 
 
 def forecast_health(
-    samples: Samples, outcomes: Mapping[int, float], margin: float
+    samples: Samples,
+    outcomes: Mapping[int, float],
+    margin: float,
+    health_ids: Sequence[int] | None = None,
 ) -> ForecastHealth:
-    """Brier, parse rate and extreme share of one version's samples of `outcomes`' questions."""
-    p, y, parsed, total, extreme = [], [], 0, 0, 0
-    for question_id, value in outcomes.items():
+    """Brier of one version's samples of `outcomes`' questions; parse rate and extreme share
+    of its samples of those and `health_ids` (default: `outcomes`' questions only)."""
+    ids = _health_ids(outcomes, health_ids)
+    p = [question_forecast(samples[q])[0] for q in outcomes]
+    parsed = total = extreme = 0
+    for question_id in ids:
         answers = samples[question_id]
-        p.append(question_forecast(answers)[0])
-        y.append(value)
         total += len(answers)
         for answer in answers:
             if answer is not None:
@@ -176,10 +196,16 @@ def forecast_health(
                 extreme += answer <= margin or answer >= 1.0 - margin
     return ForecastHealth(
         questions=len(outcomes),
-        brier=brier(p, y),
+        brier=brier(p, list(outcomes.values())) if outcomes else None,
+        health_questions=len(ids),
         parse_rate=parsed / total if total else 0.0,
         extreme_share=extreme / parsed if parsed else 0.0,
     )
+
+
+def _health_ids(outcomes: Mapping[int, float], health_ids: Sequence[int] | None) -> list[int]:
+    """The resolved questions and the other health questions, each once, sorted."""
+    return sorted(set(outcomes) | set(health_ids or ()))
 
 
 def parse_drop_interval(
@@ -243,26 +269,29 @@ def judge_candidate(
     outcomes: Mapping[int, float],
     options: GateOptions,
     *,
+    health_ids: Sequence[int] | None = None,
     parent_name: str = "parent",
 ) -> GateVerdict:
     """The gate's verdict on a candidate, paired with its parent on the same validation
-    questions (`outcomes`: question id → 1.0 / 0.0; both sample maps cover every one).
+    questions: `outcomes` (question id → 1.0 / 0.0) are the resolved ones, `health_ids` more
+    held-out questions without an outcome yet; both sample maps cover every one.
 
     Rejected when any of these holds (all are checked and named):
-    - parse: the lower end of the `level` interval of parse_rate(parent) −
-      parse_rate(candidate) (`parse_drop_interval`) is > max_parse_drop;
-    - collapse: extreme_share(candidate) > max_extreme_share and > extreme_share(parent);
-    - Brier, with at least min_brier_questions questions: the lower end of the `level`
-      percentile interval of Brier(candidate) − Brier(parent), resampling questions with
-      each question's forecast fixed (paired_bootstrap_difference), is > max_brier_increase,
-      or the difference itself is > max_brier_point_increase.
+    - parse, over every question: the lower end of the `level` interval of
+      parse_rate(parent) − parse_rate(candidate) (`parse_drop_interval`) is > max_parse_drop;
+    - collapse, over every question: extreme_share(candidate) > max_extreme_share and >
+      extreme_share(parent);
+    - Brier, with at least min_brier_questions resolved questions: the lower end of the
+      `level` percentile interval of Brier(candidate) − Brier(parent), resampling questions
+      with each question's forecast fixed (paired_bootstrap_difference), is >
+      max_brier_increase, or the difference itself is > max_brier_point_increase.
     """
-    if not outcomes:
+    ids = _health_ids(outcomes, health_ids)
+    if not ids:
         raise ValueError("a verdict needs at least one validation question")
-    mine = forecast_health(candidate, outcomes, options.extreme_margin)
-    theirs = forecast_health(parent, outcomes, options.extreme_margin)
+    mine = forecast_health(candidate, outcomes, options.extreme_margin, ids)
+    theirs = forecast_health(parent, outcomes, options.extreme_margin, ids)
     failed: list[str] = []
-    ids = sorted(outcomes)
     parse_drop = theirs.parse_rate - mine.parse_rate
     parse_ci = parse_drop_interval(
         candidate,
@@ -288,37 +317,47 @@ def judge_candidate(
             f"0 or 1 (bound {options.max_extreme_share:.0%}, {parent_name} "
             f"{theirs.extreme_share:.0%})"
         )
+    resolved = sorted(outcomes)
     rows = {
-        side: [(q, question_forecast(samples[q])[0], outcomes[q]) for q in ids]
+        side: [(q, question_forecast(samples[q])[0], outcomes[q]) for q in resolved]
         for side, samples in (("candidate", candidate), ("parent", parent))
     }
-    difference = mine.brier - theirs.brier
+    difference = 0.0
     interval: tuple[float, float] | None = None
-    brier_note = f"Brier {mine.brier:.4f} vs {parent_name} {theirs.brier:.4f} ({difference:+.4f}"
-    if len(ids) >= options.min_brier_questions:
-        paired = paired_bootstrap_difference(
-            rows["parent"],
-            rows["candidate"],
-            brier,
-            n_resamples=options.n_resamples,
-            level=options.level,
-            seed=options.seed,
-        )
-        interval = paired.ci
-        brier_note += f", {options.level:.0%} CI [{interval[0]:+.4f}, {interval[1]:+.4f}])"
-        if interval[0] > options.max_brier_increase:
-            failed.append(
-                f"Brier worse than {parent_name} beyond the interval (lower end "
-                f"{interval[0]:+.4f} > {options.max_brier_increase:+.4f})"
-            )
-        cap = options.max_brier_point_increase
-        if cap is not None and difference > cap:
-            failed.append(f"Brier {difference:+.4f} worse than {parent_name} (bound {cap:+.4f})")
+    if mine.brier is None or theirs.brier is None:
+        brier_note = "no resolved question: the Brier rule waits for outcomes"
     else:
-        brier_note += f"; Brier rule needs {options.min_brier_questions} questions)"
+        difference = mine.brier - theirs.brier
+        brier_note = (
+            f"Brier {mine.brier:.4f} vs {parent_name} {theirs.brier:.4f} ({difference:+.4f}"
+        )
+        if len(resolved) >= options.min_brier_questions:
+            paired = paired_bootstrap_difference(
+                rows["parent"],
+                rows["candidate"],
+                brier,
+                n_resamples=options.n_resamples,
+                level=options.level,
+                seed=options.seed,
+            )
+            interval = paired.ci
+            brier_note += f", {options.level:.0%} CI [{interval[0]:+.4f}, {interval[1]:+.4f}])"
+            if interval[0] > options.max_brier_increase:
+                failed.append(
+                    f"Brier worse than {parent_name} beyond the interval (lower end "
+                    f"{interval[0]:+.4f} > {options.max_brier_increase:+.4f})"
+                )
+            cap = options.max_brier_point_increase
+            if cap is not None and difference > cap:
+                failed.append(
+                    f"Brier {difference:+.4f} worse than {parent_name} (bound {cap:+.4f})"
+                )
+        else:
+            brier_note += f"; Brier rule needs {options.min_brier_questions} questions)"
+        brier_note += f" on {len(resolved)} resolved questions"
     numbers = (
-        f"{brier_note} on {len(ids)} questions; {parse_note}; extreme share "
-        f"{mine.extreme_share:.2f} vs {theirs.extreme_share:.2f}"
+        f"{brier_note}; {parse_note} and extreme share {mine.extreme_share:.2f} vs "
+        f"{theirs.extreme_share:.2f} on {len(ids)} questions"
     )
     verdict = "passed" if not failed else "rejected: " + "; ".join(failed)
     return GateVerdict(

@@ -174,3 +174,33 @@ def test_a_small_validation_set_gets_more_rollouts_per_question() -> None:
     assert GateOptions(min_rollouts=0).samples_for(3) == 4
     with pytest.raises(ValueError, match="max_samples >= samples"):
         GateOptions(samples=8, max_samples=4)
+
+
+def test_the_health_rules_also_judge_questions_without_an_outcome() -> None:
+    """Two resolved questions the candidate answers well, and thirty open ones it mostly
+    cannot answer: the parse rule, over all 32, rejects what the resolved two would pass."""
+    resolved = {0: 0.0, 1: 1.0}
+    open_ids = list(range(2, 32))
+    parent = {q: (0.5,) * 4 for q in range(32)}
+    candidate = {0: (0.1,) * 4, 1: (0.9,) * 4, **{q: (None, None, None, 0.5) for q in open_ids}}
+    alone = judge_candidate(candidate, parent, resolved, GateOptions())
+    assert alone.promote and alone.candidate.parse_rate == 1.0
+    verdict = judge_candidate(candidate, parent, resolved, GateOptions(), health_ids=open_ids)
+    assert not verdict.promote and "parse rate 0.30 is more than 0.05 below" in verdict.reason
+    health = verdict.candidate
+    assert (health.questions, health.health_questions) == (2, 32)
+    assert health.brier == pytest.approx(0.01)  # over the resolved two only
+    assert health.parse_rate == pytest.approx((8 + 30) / 128)
+    assert verdict.brier_difference == pytest.approx(0.01 - 0.25)
+
+
+def test_with_no_resolved_question_only_the_health_rules_decide() -> None:
+    parent = {q: (0.5, 0.5) for q in range(12)}
+    certain = {q: (1.0, 1.0) for q in range(12)}
+    verdict = judge_candidate(certain, parent, {}, GateOptions(), health_ids=list(range(12)))
+    assert not verdict.promote and "collapsed: 100% of answers" in verdict.reason
+    assert verdict.candidate.brier is None and verdict.brier_ci is None
+    assert "no resolved question: the Brier rule waits for outcomes" in verdict.reason
+    assert judge_candidate(parent, parent, {}, GateOptions(), health_ids=list(range(12))).promote
+    with pytest.raises(ValueError, match="at least one validation question"):
+        judge_candidate(parent, parent, {}, GateOptions())

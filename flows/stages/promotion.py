@@ -5,10 +5,14 @@ verdict are futureworld.validation's (`judge_candidate`), the slice its `is_held
 
 The gate scores a candidate on the held-out validation questions whose outcome is revealed by
 `ctx.as_of` (binary ones: the Brier rule needs an outcome of 0 or 1), the most recently
-resolved first. Each is forecast as of its own `info_cutoff_at`, so search sees only what was
-visible when the question was posed, by the rollout engine the predict stage runs (every
-question in flight at once), with the agent's generation settings and seeds that depend on the
-question and sample only, so candidate and parent draw with common random numbers. The parent
+resolved first, and judges its health (parse rate, extremes) on those and on the held-out
+binary questions posed by then whose outcome is still unknown, the newest first
+(GateOptions.max_unresolved): an agent's first updates have few resolved questions, and the
+early-resolving ones are not like the rest. Each is forecast as of its own `info_cutoff_at`,
+so search sees only what was visible when the question was posed, by the rollout engine the
+predict stage runs (every question in flight at once), with the agent's generation settings
+and seeds that depend on the question and sample only, so candidate and parent draw with
+common random numbers. The parent
 is scored on the same questions, paired: from its own stored validation forecasts, else its
 stored rollouts of the question (its first forecast made by then), else forecast the same way.
 
@@ -79,7 +83,10 @@ class GateReport:
     status: VersionStatus
     reason: str
     questions: int = 0
-    """Validation questions scored (0: no validation data)."""
+    """Resolved validation questions, which the Brier rule scores (0: none yet)."""
+    health_questions: int = 0
+    """Validation questions forecast, resolved or not, which the health rules judge (0: no
+    validation data)."""
     candidate: ForecastHealth | None = None
     parent: ForecastHealth | None = None
     brier_ci: tuple[float, float] | None = None
@@ -105,10 +112,11 @@ def gate_version(
     ctx: PipelineContext, agent_name: str, version: int, options: GateOptions = GateOptions()
 ) -> GateReport:
     """Judge `version` of `agent_name` against its parent on the validation questions revealed
-    by `ctx.as_of` and record the verdict: promoted (it serves from now on) or rejected (kept
-    with its reason; the agent keeps serving its newest promoted version). With no validation
-    question resolved yet it is promoted, reason NO_VALIDATION_DATA. A version already
-    promoted or rejected is judged again (its kept forecasts are reused)."""
+    by `ctx.as_of` (its health also on those posed and not yet resolved) and record the
+    verdict: promoted (it serves from now on) or rejected (kept with its reason; the agent
+    keeps serving its newest promoted version). With no held-out question posed yet it is
+    promoted, reason NO_VALIDATION_DATA; with none resolved, the health rules alone decide. A
+    version already promoted or rejected is judged again (its kept forecasts are reused)."""
     agent = ctx.agent(agent_name)
     assert agent.id is not None
     if not agent.backend.generates:
@@ -120,7 +128,7 @@ def gate_version(
         parent = get_policy_version(session, agent.id, candidate.parent_version)
     questions, outcomes = _validation_set(ctx, options)
     if not questions:
-        reason = f"{NO_VALIDATION_DATA}: no held-out question resolved by {ctx.as_of.isoformat()}"
+        reason = f"{NO_VALIDATION_DATA}: no held-out question to judge by {ctx.as_of.isoformat()}"
         _decide(ctx, candidate, VersionStatus.PROMOTED, reason, questions=0)
         return GateReport(agent.name, version, parent.version, VersionStatus.PROMOTED, reason)
     mine, made, failures = _forecasts(
@@ -133,7 +141,12 @@ def gate_version(
         )
     theirs, made_parent, _ = _forecasts(ctx, agent, parent, questions, options, reuse_rollouts=True)
     verdict = judge_candidate(
-        mine, theirs, outcomes, options, parent_name=f"parent v{parent.version}"
+        mine,
+        theirs,
+        outcomes,
+        options,
+        health_ids=[q.id for q in questions if q.id is not None],
+        parent_name=f"parent v{parent.version}",
     )
     status = VersionStatus.PROMOTED if verdict.promote else VersionStatus.REJECTED
 
@@ -151,7 +164,7 @@ def gate_version(
         candidate,
         status,
         verdict.reason,
-        questions=len(questions),
+        questions=len(outcomes),
         brier=verdict.candidate.brier,
         parse_rate=verdict.candidate.parse_rate,
     )
@@ -161,7 +174,8 @@ def gate_version(
         parent.version,
         status,
         verdict.reason,
-        questions=len(questions),
+        questions=len(outcomes),
+        health_questions=len(questions),
         candidate=verdict.candidate,
         parent=verdict.parent,
         brier_ci=verdict.brier_ci,
@@ -266,33 +280,41 @@ def _decide(
 def _validation_set(
     ctx: PipelineContext, options: GateOptions
 ) -> tuple[list[Question], dict[int, float]]:
-    """The binary held-out questions resolved by `ctx.as_of` (newest resolution first, at most
-    `options.max_questions`) and their outcomes."""
+    """The binary held-out questions the gate forecasts and the outcomes of those resolved by
+    `ctx.as_of`: the resolved ones (newest resolution first, at most `options.max_questions`),
+    then those posed by `ctx.as_of` without an outcome yet (newest cut-off first, at most
+    `options.max_unresolved`). A question counts only once its cut-off has passed."""
     with session_scope(ctx.engine) as session:
         held = held_out_question_ids(session, _slice(options.validation_fraction))
+        outcomes = latest_outcomes(session, as_of=ctx.as_of)
         revealed = [
             outcome
-            for qid, outcome in latest_outcomes(session, as_of=ctx.as_of).items()
+            for qid, outcome in outcomes.items()
             if qid in held and outcome.status is OutcomeStatus.RESOLVED
         ]
         revealed.sort(key=lambda o: (o.resolved_at, o.question_id), reverse=True)
-        chosen: list[Question] = []
-        for start in range(0, len(revealed), _QUESTION_CHUNK):
-            chunk = [o.question_id for o in revealed[start : start + _QUESTION_CHUNK]]
-            by_id = {q.id: q for q in list_questions(session, ids=chunk)}
-            for qid in chunk:
-                question = by_id.get(qid)
-                if question is None or question.kind is not QuestionKind.BINARY:
-                    continue
-                if question.info_cutoff_at > ctx.as_of:
-                    continue
-                chosen.append(question)
-                if options.max_questions is not None and len(chosen) >= options.max_questions:
-                    break
-            if options.max_questions is not None and len(chosen) >= options.max_questions:
-                break
+        by_id: dict[int, Question] = {}
+        for start in range(0, len(held), _QUESTION_CHUNK):
+            chunk = sorted(held)[start : start + _QUESTION_CHUNK]
+            by_id.update((q.id, q) for q in list_questions(session, ids=chunk) if q.id)
+
+    def visible(question: Question | None) -> bool:
+        return (
+            question is not None
+            and question.kind is QuestionKind.BINARY
+            and question.created_at <= ctx.as_of
+            and question.info_cutoff_at <= ctx.as_of
+        )
+
+    resolved = [by_id[o.question_id] for o in revealed if visible(by_id.get(o.question_id))]
+    resolved = resolved[: options.max_questions]
+    unresolved = sorted(
+        (q for qid, q in by_id.items() if qid not in outcomes and visible(q)),
+        key=lambda q: (q.info_cutoff_at, q.id),
+        reverse=True,
+    )[: options.max_unresolved]
     values = {o.question_id: float(o.value) for o in revealed if o.value is not None}
-    return chosen, {q.id: values[q.id] for q in chosen if q.id is not None}
+    return resolved + unresolved, {q.id: values[q.id] for q in resolved if q.id is not None}
 
 
 def _forecasts(

@@ -449,15 +449,18 @@ def _gate(ctx: PipelineContext, agent_name: str, version: int, gate: GateOptions
 
 
 def gate_scores(report: GateReport) -> dict[str, float]:
-    """The gate's verdict as tracker scalars: the candidate's validation Brier and parse rate,
-    its parent's, the questions scored and whether it was promoted (1) or rejected (0)."""
+    """The gate's verdict as tracker scalars: the candidate's validation Brier (with resolved
+    questions) and parse rate, its parent's, the questions scored and forecast and whether it
+    was promoted (1) or rejected (0)."""
     scores = {
         "validation/questions": float(report.questions),
+        "validation/health_questions": float(report.health_questions),
         "validation/promoted": float(report.status is VersionStatus.PROMOTED),
     }
     for side, health in (("", report.candidate), ("parent_", report.parent)):
         if health is not None:
-            scores[f"validation/{side}brier"] = health.brier
+            if health.brier is not None:
+                scores[f"validation/{side}brier"] = health.brier
             scores[f"validation/{side}parse_rate"] = health.parse_rate
     return scores
 

@@ -1,7 +1,8 @@
 """The promotion gate on real databases with real tiny models: a version whose answers never
 parse, or that states certainty about everything, is rejected and the agent goes on serving
 its parent; a rejected version never samples a rollout; the validation slice never enters a
-replay batch; with nothing resolved yet the gate promotes and says why.
+replay batch; before any outcome it judges health on the open held-out questions, and with
+none posed it promotes and says why.
 
 The models are tiny Qwen2 networks whose weights are set by hand (`answering_model`): their
 layers add nothing, so each next token depends on the current one only, wired so that any
@@ -234,7 +235,7 @@ def test_a_rejected_version_never_samples_a_rollout(
     assert versions == {0} and broken not in versions and candidate not in versions
 
 
-def test_with_no_validation_question_resolved_the_gate_promotes_and_says_so(
+def test_with_no_validation_question_posed_the_gate_promotes_and_says_so(
     engine: Engine, tmp_path: Path, models: dict[str, Path]
 ) -> None:
     with session_scope(engine) as session:
@@ -247,13 +248,48 @@ def test_with_no_validation_question_resolved_the_gate_promotes_and_says_so(
                 generation=GENERATION,
             ),
         )
-    _questions(engine, HELD_OUT[:2])  # held out, but not resolved as of the gate
+    _questions(engine, TRAINING)  # none held out
     ctx = make_context(engine, tmp_path)
     version = _register(ctx, models["gibberish"])
     report = gate_version(ctx, "tiny", version, GATE)
     assert report.status is VersionStatus.PROMOTED
     assert report.reason.startswith(NO_VALIDATION_DATA)
     assert _served(ctx) == version
+
+
+def test_before_any_outcome_the_gate_judges_health_on_the_open_held_out_questions(
+    engine: Engine, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    """Held-out questions posed but not resolved: no Brier yet, but a version that cannot
+    answer is rejected by the parse rule, and one that answers passes."""
+    with session_scope(engine) as session:
+        ensure_agent(
+            session,
+            Agent(
+                name="tiny",
+                base_model=str(models["hedging"]),
+                backend="local",
+                generation=GENERATION,
+            ),
+        )
+    _questions(engine, HELD_OUT[:6])
+    ctx = make_context(engine, tmp_path)
+    broken = _register(ctx, models["gibberish"])
+    report = gate_version(ctx, "tiny", broken, GATE)
+    assert report.status is VersionStatus.REJECTED, report.reason
+    assert (report.questions, report.health_questions) == (0, 6)
+    assert "no resolved question" in report.reason and "parse rate 0.00" in report.reason
+    assert _served(ctx) == 0
+
+    healthy = _register(ctx, models["hedging"])
+    passed = gate_version(ctx, "tiny", healthy, GATE)
+    assert passed.status is VersionStatus.PROMOTED, passed.reason
+    assert passed.candidate is not None and passed.candidate.brier is None
+    assert _served(ctx) == healthy
+
+    closed = GateOptions(samples=2, min_rollouts=48, max_unresolved=0)
+    again = _register(ctx, models["gibberish"], parent=healthy)
+    assert gate_version(ctx, "tiny", again, closed).reason.startswith(NO_VALIDATION_DATA)
 
 
 def test_the_validation_set_never_enters_a_replay_batch(
