@@ -632,6 +632,8 @@ class ScoredRollout:
     outcome_revision: int
     staleness: int = 0
     """Policy versions between the behaviour policy and the one being trained."""
+    consensus: float | None = None
+    """The pseudo-outcome ŷ a provisional reward was computed with (None for a real one)."""
 
 
 @dataclass(frozen=True, kw_only=True)

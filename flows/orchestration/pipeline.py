@@ -45,7 +45,6 @@ from flows.stages.training import SUPERVISED, TrainOptions, TrainReport, replay_
 from futureworld.baselines import Baseline
 from futureworld.evaluation import ScoreRow
 from futureworld.rewards import RewardFn
-from futureworld.rl.config import Estimator
 from storage.engine import session_scope
 from storage.repositories.agents import list_agents
 
@@ -412,7 +411,7 @@ def daily_cycle_flow(
                 _publish_training(ctx, agent.name, report)
                 _step(stages, f"serve {agent.name}", serve_task, ctx, agent.name, counted=False)
             _step(stages, f"predict {agent.name}", predict_task, ctx, agent.name, samples, limit)
-            if agent.backend.generates and train.estimator is Estimator.PROVISIONAL_CONSENSUS:
+            if agent.backend.generates and train.estimator.learns_before_outcomes:
                 _step(
                     stages,
                     f"provisional {agent.name}",

@@ -364,7 +364,7 @@ def replay_and_train(
             for reward_fn in options.rewards
         ]
         batch = _merged_replay_batch(batches, options.max_groups)
-        if options.estimator is Estimator.PROVISIONAL_CONSENSUS:
+        if options.estimator.learns_before_outcomes:
             # Unresolved groups too, on their provisional rewards (flows.stages.provisional).
             batch = with_provisional_groups(
                 session,

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from futureworld.domain import MIN_GROUP_SIZE, ScoredRollout
+from futureworld.domain import MIN_GROUP_SIZE, ParseStatus, ScoredRollout
 from futureworld.rl.config import Estimator, Objective, TrainConfig
+from futureworld.scoring import LOG_SCORE_CLIP
 
 TokenAdvantages = list[np.ndarray]
 """One float32 array per rollout, shape (len(completion_token_ids),)."""
@@ -224,6 +225,119 @@ def provisional_consensus(
     return dr_grpo(group, config)
 
 
+def outcome_potential(belief: float, target: float) -> float:
+    """SIOP's potential for a binary question: Φ(b) = q log b + (1 − q) log(1 − b), the
+    expected log score of belief b when the outcome is 1 with probability q (b clipped to
+    LOG_SCORE_CLIP)."""
+    b = min(max(belief, LOG_SCORE_CLIP[0]), LOG_SCORE_CLIP[1])
+    return target * np.log(b) + (1.0 - target) * np.log(1.0 - b)
+
+
+def _assistant_turn_rewards(rollout: ScoredRollout, target: float, lam: float) -> list[float]:
+    """siop's reward of each assistant turn of a rollout, in order: the change of the outcome
+    potential across the turn (from the belief held when it began to the one held when the
+    next began, or the final answer), plus (1 − λ)·R on the last."""
+    turns = sorted(rollout.trajectory.turns, key=lambda t: t.index)
+    belief = PRIOR_BELIEF
+    starts: list[float] = []
+    ends: list[float] = []
+    for turn in turns:
+        if turn.role == "assistant":
+            if starts:
+                ends.append(belief)
+            starts.append(belief)
+        if turn.belief is not None:  # elicited after this turn (the loop: after a tool turn)
+            belief = turn.belief
+    if not starts:
+        return []
+    trajectory = rollout.trajectory
+    answered = trajectory.parse_status is ParseStatus.OK and trajectory.p_yes is not None
+    ends.append(float(trajectory.p_yes) if answered else belief)  # type: ignore[arg-type]
+    rewards = [
+        outcome_potential(after, target) - outcome_potential(before, target)
+        for before, after in zip(starts, ends, strict=True)
+    ]
+    rewards[-1] += (1.0 - lam) * rollout.reward
+    return rewards
+
+
+def group_target(group: Sequence[ScoredRollout]) -> float | None:
+    """P(y = 1) a group is judged against: its outcome when known, else the consensus its
+    provisional rewards share (an unparsed member's reward has none); None with neither."""
+    for values in ([r.outcome_value for r in group], [r.consensus for r in group]):
+        known = [v for v in values if v is not None]
+        if known:
+            return float(known[0])
+    return None
+
+
+def siop(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages | None:
+    """Turn-level credit from an outcome potential, after SIOP (Hu et al. 2026, "Self-Induced
+    Outcome Potential: Turn-Level Credit Assignment for Agents without Verifiers",
+    arXiv:2605.04984), for binary forecasts, before and after the outcome is known.
+
+    SIOP (its reference implementation, verl/utils/siop/siop_process_reward.py) rewards turn t
+    of rollout i by how much the turn raised the prefix-conditioned support of the rollout's
+    reliable outcome cluster c_i, and adds outcome mass at the end:
+        r_{i,t} = q(c_i) · [log p̂_t(c_i) − log p̂_{t−1}(c_i)],   r_{i,T} += (1 − λ) · q(c_i),
+    then z-normalises all (rollout, turn) rewards of the group and gives each turn's tokens
+    its discounted return Σ_{t' ≥ t} γ^{t'−t} r̃_{i,t'}. Here, with the two outcome modes
+    y ∈ {0, 1} of a binary question and the target q = P(y = 1):
+        r_{i,k} = Φ(b_{i,k}) − Φ(b_{i,k−1}),   Φ(b) = q log b + (1 − q) log(1 − b),
+        r_{i,K} += (1 − λ) · R_i,
+        A_{i,k} = G_{i,k} − mean_{j ∈ G_k} G_{j,k},   G_{i,k} = Σ_{k' ≥ k} r_{i,k'},
+    for assistant turn k of rollout i, where b_{i,k} is the belief held after it (the one
+    elicited after its tool result, GenerationSettings.elicit_beliefs; 0.5 before the first;
+    the final answer after the last), R_i the rollout's reward, λ = `siop_lambda` and G_k the
+    group's rollouts with a k-th assistant turn. q is the group's consensus ŷ (the provisional
+    reward's reliability-weighted pseudo-outcome, `group_consensus`) while the outcome is
+    unknown, and the outcome y once it is (SIOP's gold-reference mode, as IGPO).
+
+    Where it departs from SIOP:
+    - the outcome modes are y = 1 and y = 0, not clusters of answers by entailment (a
+      probability has no cluster), and Φ is the expectation over both modes under q, not the
+      support of the rollout's own mode weighted by its frequency;
+    - the support after a turn is the belief the agent states when asked then, not the
+      teacher-forced likelihood of a reference answer after the turn;
+    - the outcome mass is the rollout's reward (its expected score under ŷ, or its score),
+      not its cluster's frequency: a forecast is graded, not right or wrong;
+    - returns are centred within the group at each turn index rather than z-normalised over
+      all (rollout, turn) pairs: identical rollouts then get exactly 0 (pooled, the turns of
+      eight identical rollouts still differ from their mean and a collapsed policy would be
+      reinforced, the defect forecast_info_gain had), and turns are compared with the same
+      turns of other rollouts. γ = 1.
+    Generated tokens outside any assistant turn get the first turn's advantage. Groups with
+    neither an outcome nor a consensus are skipped.
+    """
+    if len(group) < MIN_GROUP_SIZE:
+        return None
+    target = group_target(group)
+    if target is None:
+        return None
+    lam = config.siop_lambda
+    returns: list[np.ndarray] = []
+    for rollout in group:
+        rewards = np.asarray(_assistant_turn_rewards(rollout, target, lam))
+        returns.append(np.cumsum(rewards[::-1])[::-1] if len(rewards) else rewards)
+    advantages: list[list[float]] = [[0.0] * len(g) for g in returns]
+    for k in range(max((len(g) for g in returns), default=0)):
+        members = [i for i, g in enumerate(returns) if len(g) > k]
+        centred = _centred(np.asarray([returns[i][k] for i in members], dtype=np.float64))
+        for i, value in zip(members, centred, strict=True):
+            advantages[i][k] = float(value)
+    out: TokenAdvantages = []
+    for rollout, own in zip(group, advantages, strict=True):
+        mask = _mask(rollout)
+        adv = mask * np.float32(own[0] if own else 0.0)
+        turns = sorted(rollout.trajectory.turns, key=lambda t: t.index)
+        assistant = [t for t in turns if t.role == "assistant"]
+        for turn, value in zip(assistant, own, strict=True):
+            span = slice(turn.token_start, turn.token_end)
+            adv[span] = np.float32(value) * mask[span]
+        out.append(adv.astype(np.float32))
+    return out
+
+
 def sft(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages | None:
     """Weight 1 on every generated (mask-1) token; rewards are ignored, no group is skipped."""
     return [_mask(r) for r in group]
@@ -312,5 +426,6 @@ ADVANTAGE_ESTIMATORS: dict[Estimator, AdvantageFn] = {
     Estimator.RLOO: rloo,
     Estimator.FORECAST_INFO_GAIN: forecast_info_gain,
     Estimator.PROVISIONAL_CONSENSUS: provisional_consensus,
+    Estimator.SIOP: siop,
     Estimator.SFT: sft,
 }

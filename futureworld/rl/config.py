@@ -34,16 +34,19 @@ class Estimator(StrEnum):
     """dr_grpo + potential-based turn credit λ·(R − Φ(belief before the turn)), centred within
     the group at each turn; Ng et al. 1999."""
     PROVISIONAL_CONSENSUS = "provisional_consensus"
-    """dr_grpo on a consensus pseudo-label until the outcome arrives (TTRL-like, rollout level);
-    inspired by SIOP but without its outcome modes or turn credit (advantages.py says more)."""
+    """dr_grpo on a consensus pseudo-label until the outcome arrives (TTRL-like, rollout level)."""
+    SIOP = "siop"
+    """Turn-level credit from the change of an outcome potential across each turn, the target
+    the consensus until the outcome arrives; after Hu et al. 2026 (advantages.siop says where
+    it departs)."""
     SFT = "sft"
     """Supervised fine-tuning: weight 1 on every generated token, loss −mean log π."""
 
-    @classmethod
-    def _missing_(cls, value: object) -> Estimator | None:
-        """Values stored under an earlier name (a training run's or a checkpoint's config)
-        still read: "siop" is `provisional_consensus`."""
-        return cls.PROVISIONAL_CONSENSUS if value == "siop" else None
+    @property
+    def learns_before_outcomes(self) -> bool:
+        """Whether it trains on unresolved groups too, on provisional consensus rewards
+        (flows.stages.provisional)."""
+        return self in (Estimator.PROVISIONAL_CONSENSUS, Estimator.SIOP)
 
 
 DEFAULT_ESTIMATOR = Estimator.DR_GRPO
@@ -186,6 +189,9 @@ class TrainConfig:
     entropy is then a metric only, computed without its gradient (and without its memory)."""
     info_gain_lambda: float = 0.5
     """λ of `forecast_info_gain`: weight of the per-turn potential-based credit."""
+    siop_lambda: float = 0.5
+    """λ of `siop`: its last turn gets (1 − λ) × the rollout's reward besides the potential's
+    change (SIOP's default 0.5)."""
     temperature: float | None = None
     """Temperature log-probs are recomputed at (logits / T). None: the one the rollouts were
     sampled at, read from their stored sampling parameters (1.0 when none is stored); a
@@ -293,6 +299,8 @@ class TrainConfig:
         for name in ("weight_decay", "kl_coef", "info_gain_lambda"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.siop_lambda <= 1.0:
+            raise ValueError(f"TrainConfig.siop_lambda must be in [0, 1], got {self.siop_lambda}")
         if not 0 <= self.lora_dropout < 1:
             raise ValueError(f"TrainConfig.lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if not all(0 <= b < 1 for b in self.adam_betas) or len(self.adam_betas) != 2:

@@ -17,7 +17,7 @@ Decisions:
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, exists, func, select, update
@@ -157,7 +157,8 @@ def select_provisional_batch(
     exclude_question_ids: Collection[int] = frozenset(),
 ) -> ReplayBatch:
     """The agent's unresolved groups with unvoided provisional rewards of `reward_fn`, oldest
-    first, as scored rollouts (outcome_value None, revision 0) with their tokens; none of
+    first, as scored rollouts (outcome_value None, revision 0, the consensus ŷ their reward
+    was computed with) with their tokens; none of
     `exclude_question_ids` (the validation slice)."""
     consumed = exists().where(
         ReplayConsumptionRow.agent_id == agent_id,
@@ -166,7 +167,13 @@ def select_provisional_batch(
         ReplayConsumptionRow.provisional.is_(True),
     )
     statement = (
-        select(RolloutRow.id, RolloutRow.question_id, RolloutRow.policy_version, RewardRow.value)
+        select(
+            RolloutRow.id,
+            RolloutRow.question_id,
+            RolloutRow.policy_version,
+            RewardRow.value,
+            RewardRow.components,
+        )
         .join(RewardRow, RewardRow.rollout_id == RolloutRow.id)
         .where(
             RolloutRow.agent_id == agent_id,
@@ -181,11 +188,19 @@ def select_provisional_batch(
     if not reuse:
         statement = statement.where(~consumed)
     excluded = frozenset(exclude_question_ids)
-    rows = (
-        (rid, qid, version, reward, None, PROVISIONAL_REVISION)
-        for rid, qid, version, reward in session.execute(statement)
-        if qid not in excluded
-    )
-    return replay_groups(
+    consensus: dict[int, float | None] = {}
+    rows = []
+    for rid, qid, version, reward, components in session.execute(statement):
+        if qid in excluded:
+            continue
+        rows.append((rid, qid, version, reward, None, PROVISIONAL_REVISION))
+        value = (components or {}).get("consensus")
+        consensus[rid] = None if value is None else float(value)
+    batch = replay_groups(
         session, agent_id, rows, current_version=current_version, max_groups=max_groups
     )
+    groups = tuple(
+        tuple(replace(r, consensus=consensus[r.trajectory.id]) for r in group)  # type: ignore[index]
+        for group in batch.groups
+    )
+    return replace(batch, groups=groups)

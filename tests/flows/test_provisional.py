@@ -229,6 +229,13 @@ def test_provisional_replay_takes_a_group_once_even_when_its_outcome_is_stored_a
         (open_id, 3),
         (open_id, 2),
     ]
+    # Each carries the consensus its rewards were computed with (siop's target).
+    stored = _provisional(engine)
+    for group in provisional_only.groups:
+        for rollout in group:
+            key = (open_id, rollout.trajectory.policy_version, rollout.trajectory.sample_index)
+            assert rollout.consensus == stored[key].components.get("consensus")
+    assert all(r.consensus is not None for g in provisional_only.groups for r in g)
     # `open` resolves with a resolved_at after day 2 and is backfilled: live replay (no as-of)
     # finds its real rewards while the day-2 provisional selection still sees it unresolved.
     with session_scope(engine) as session:

@@ -1,7 +1,7 @@
-"""`train --estimator provisional_consensus` on real rollouts of a tiny model: unresolved groups
-train on their provisional rewards and are recorded in the ledger as provisional; when the
-outcome arrives the provisional rewards are voided and the real ones replayed; dr_grpo never
-sees the provisional rewards."""
+"""`train --estimator provisional_consensus` (and `siop`, which learns before outcomes the same
+way) on real rollouts of a tiny model: unresolved groups train on their provisional rewards and
+are recorded in the ledger as provisional; when the outcome arrives the provisional rewards are
+voided and the real ones replayed; dr_grpo never sees the provisional rewards."""
 
 from __future__ import annotations
 
@@ -24,9 +24,6 @@ from storage.repositories.questions import list_questions, record_outcomes, upse
 from storage.tables import ReplayConsumptionRow, RewardRow, RolloutRow
 from tests.flows.conftest import CUTOFF, GENERATION, make_context
 
-CONSENSUS = TrainOptions(
-    config=TrainConfig(estimator=Estimator.PROVISIONAL_CONSENSUS, learning_rate=1e-3)
-)
 SAMPLES = 3
 
 
@@ -83,9 +80,11 @@ def _ledger(engine) -> list[tuple[int, int, bool]]:
         )
 
 
+@pytest.mark.parametrize("estimator", [Estimator.PROVISIONAL_CONSENSUS, Estimator.SIOP])
 def test_provisional_consensus_trains_on_provisional_rewards_then_replays_the_real_ones(
-    engine, tiny_model, tmp_path
+    engine, tiny_model, tmp_path, estimator
 ):
+    consensus = TrainOptions(config=TrainConfig(estimator=estimator, learning_rate=1e-3))
     questions = _forecast(engine, tmp_path, tiny_model)
     day1 = make_context(engine, tmp_path, as_of=CUTOFF + timedelta(days=1))
     assert write_provisional_rewards(day1, "tiny").rewards_written == 3 * SAMPLES
@@ -93,11 +92,11 @@ def test_provisional_consensus_trains_on_provisional_rewards_then_replays_the_re
     assert (
         replay_and_train(day1, "tiny", TrainOptions(config=TrainConfig(learning_rate=1e-3))) is None
     )
-    report = replay_and_train(day1, "tiny", CONSENSUS)
+    report = replay_and_train(day1, "tiny", consensus)
     assert report is not None and (report.groups, report.rollouts) == (3, 3 * SAMPLES)
     assert _ledger(engine) == sorted((q, 0, True) for q in questions for _ in range(SAMPLES))
     # Consumed provisionally: not replayed twice on the same provisional rewards.
-    assert replay_and_train(day1, "tiny", CONSENSUS) is None
+    assert replay_and_train(day1, "tiny", consensus) is None
 
     # The first question resolves on day 2; by day 3 backfill has its real rewards.
     with session_scope(engine) as session:
@@ -123,7 +122,7 @@ def test_provisional_consensus_trains_on_provisional_rewards_then_replays_the_re
             .where(RewardRow.provisional.is_(True), RewardRow.voided.is_(True))
         ).all()
     assert set(voided) == {questions[0]}
-    report = replay_and_train(day3, "tiny", CONSENSUS)
+    report = replay_and_train(day3, "tiny", consensus)
     assert report is not None and (report.groups, report.rollouts) == (1, SAMPLES)
     assert _ledger(engine) == sorted(
         [(q, 0, True) for q in questions for _ in range(SAMPLES)]

@@ -43,6 +43,7 @@ def make_rollout(
     p_yes: float | None = 0.5,
     policy_version: int = 0,
     staleness: int = 0,
+    consensus: float | None = None,
 ) -> ScoredRollout:
     mask = tuple(mask) if mask is not None else (1,) * len(completion)
     if logprobs is None:
@@ -65,6 +66,7 @@ def make_rollout(
         outcome_value=outcome_value,
         outcome_revision=1,
         staleness=staleness,
+        consensus=consensus,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -146,6 +147,119 @@ def test_forecast_info_gain_gives_identical_rollouts_exactly_zero():
 def test_forecast_info_gain_skips_groups_without_an_outcome():
     out = _advantages(_group([0.0, -1.0], outcome_value=None), Estimator.FORECAST_INFO_GAIN)
     assert (out.groups_used, out.groups_skipped, out.rollouts) == (0, 1, ())
+
+
+def _searched(belief: float, *, answer_end: int = 5) -> tuple:
+    """An assistant search turn, its tool turn with the belief elicited after it (where the
+    loop records it), and the answering assistant turn."""
+    return (
+        Turn(index=0, role="assistant", text="", token_start=0, token_end=2),
+        Turn(index=1, role="tool", text="", token_start=2, token_end=3, belief=belief),
+        Turn(index=2, role="assistant", text="", token_start=3, token_end=answer_end),
+    )
+
+
+def _phi(b: float, q: float) -> float:
+    return q * math.log(b) + (1 - q) * math.log(1 - b)
+
+
+def test_siop_credits_each_turn_by_the_change_of_the_outcome_potential():
+    # Unresolved, consensus ŷ = 0.8, λ = 0.5; rewards are the provisional Brier expectations
+    # −(p − 0.8)² − 0.16. a: searched, belief 0.7, answered 0.9 (R = −0.17); b: searched,
+    # belief 0.4, answered 0.6 (R = −0.20); c: answered 0.5 at once (R = −0.25).
+    q, lam = 0.8, 0.5
+    a = make_rollout(
+        sample_index=0,
+        reward=-0.17,
+        completion=(1, 2, 3, 4, 5),
+        mask=(1, 1, 0, 1, 1),
+        turns=_searched(0.7),
+        p_yes=0.9,
+        outcome_value=None,
+        consensus=q,
+    )
+    b = make_rollout(
+        sample_index=1,
+        reward=-0.20,
+        completion=(1, 2, 3, 4, 5),
+        mask=(1, 1, 0, 1, 1),
+        turns=_searched(0.4),
+        p_yes=0.6,
+        outcome_value=None,
+        consensus=q,
+    )
+    c = make_rollout(
+        sample_index=2,
+        reward=-0.25,
+        completion=(1, 2),
+        mask=(1, 1),
+        turns=(Turn(index=0, role="assistant", text="", token_start=0, token_end=2),),
+        p_yes=0.5,
+        outcome_value=None,
+        consensus=q,
+    )
+    out = _advantages([a, b, c], Estimator.SIOP, siop_lambda=lam)
+    # Returns from each assistant turn: potential change to the end + (1 − λ)·R.
+    a0 = _phi(0.9, q) - _phi(0.5, q) + (1 - lam) * -0.17
+    a1 = _phi(0.9, q) - _phi(0.7, q) + (1 - lam) * -0.17
+    b0 = _phi(0.6, q) - _phi(0.5, q) + (1 - lam) * -0.20
+    b1 = _phi(0.6, q) - _phi(0.4, q) + (1 - lam) * -0.20
+    c0 = (1 - lam) * -0.25
+    first = (a0 + b0 + c0) / 3
+    second = (a1 + b1) / 2  # c has no second assistant turn
+    expected = (
+        [a0 - first, a0 - first, 0.0, a1 - second, a1 - second],
+        [b0 - first, b0 - first, 0.0, b1 - second, b1 - second],
+        [c0 - first, c0 - first],
+    )
+    for got, want in zip(out.token_advantages, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # b's answer turn moved it toward the consensus (0.4 → 0.6), a's away (0.7 → 0.9): b's
+    # answer turn gets the larger advantage though a's whole rollout scores higher.
+    assert out.token_advantages[1][3] > 0 > out.token_advantages[0][3] and a.reward > b.reward
+
+
+def test_siop_uses_the_outcome_once_known_and_gives_identical_rollouts_exactly_zero():
+    resolved = [
+        make_rollout(
+            sample_index=i,
+            reward=-((p - 1.0) ** 2),
+            completion=(1, 2, 3, 4, 5),
+            mask=(1, 1, 0, 1, 1),
+            turns=_searched(0.6),
+            p_yes=p,
+            outcome_value=1.0,
+            consensus=0.2,  # ignored: the outcome is known
+        )
+        for i, p in enumerate((0.9, 0.7))
+    ]
+    out = _advantages(resolved, Estimator.SIOP, siop_lambda=0.5)
+    gain = (_phi(0.9, 1.0) - _phi(0.7, 1.0)) / 2  # only the answers differ, both turns
+    extra = 0.5 * (-0.01 + 0.09) / 2
+    np.testing.assert_allclose(out.token_advantages[0][[0, 3]], [gain + extra] * 2, rtol=1e-5)
+    identical = [
+        make_rollout(
+            sample_index=i,
+            reward=-0.01,
+            completion=(1, 2, 3, 4, 5),
+            mask=(1, 1, 0, 1, 1),
+            turns=_searched(0.7),
+            p_yes=0.9,
+            outcome_value=1.0,
+        )
+        for i in range(8)
+    ]
+    for size in (8, 3):
+        out = _advantages(identical[:size], Estimator.SIOP)
+        assert all(np.all(adv == 0) for adv in out.token_advantages)
+
+
+def test_siop_skips_a_group_with_neither_outcome_nor_consensus():
+    out = _advantages(_group([0.0, -1.0], outcome_value=None), Estimator.SIOP)
+    assert (out.groups_used, out.groups_skipped) == (0, 1)
+    unparsed_member = _group([-0.1, -1.25], outcome_value=None)
+    unparsed_member[0] = replace(unparsed_member[0], consensus=0.6)
+    assert _advantages(unparsed_member, Estimator.SIOP).groups_used == 1
 
 
 def test_version_reliability_is_the_inverse_shrunk_brier():

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 
-from futureworld.rl.checkpoints import TRAINER_STATE_FILE, load_trainer_state
 from futureworld.rl.config import Estimator, LossAggregation, Objective, PolicyLoss, TrainConfig
 
 
@@ -58,17 +56,13 @@ def test_unknown_estimator_is_refused():
         TrainConfig(estimator="ppo2")
 
 
-def test_a_config_stored_under_the_old_name_siop_reads_as_provisional_consensus(tmp_path):
-    # A checkpoint's trainer state (and a training run's config) as written before the rename.
-    stored = {**TrainConfig().to_json(), "estimator": "siop"}
-    (tmp_path / TRAINER_STATE_FILE).write_text(json.dumps({"config": stored, "global_step": 3}))
-    state = load_trainer_state(tmp_path, lora=stored["lora"])
-    config = TrainConfig(**state["config"])
-    assert config.estimator is Estimator.PROVISIONAL_CONSENSUS
-    assert config.to_json()["estimator"] == "provisional_consensus"
-    # The old name is read, never offered: the choices (the CLI's) hold the new one only.
-    assert [str(e) for e in Estimator].count("siop") == 0
-    assert "provisional_consensus" in [str(e) for e in Estimator]
+def test_siop_and_provisional_consensus_are_two_estimators_and_both_learn_before_outcomes():
+    assert Estimator("siop") is Estimator.SIOP
+    assert Estimator("provisional_consensus") is Estimator.PROVISIONAL_CONSENSUS
+    learning_early = {e for e in Estimator if e.learns_before_outcomes}
+    assert learning_early == {Estimator.SIOP, Estimator.PROVISIONAL_CONSENSUS}
+    with pytest.raises(ValueError, match="siop_lambda"):
+        TrainConfig(siop_lambda=1.5)
 
 
 def test_defaults_follow_the_architecture():
