@@ -79,9 +79,12 @@ class GateOptions:
     served. The unresolved ones are a sample of what the agent is asked now. 0: resolved
     questions only; None: every one."""
     max_parse_drop: float = 0.05
-    """Reject when the candidate's parse rate is below its parent's by more than this with
-    confidence `level`: the lower end of the interval of the drop (`parse_drop_interval`) is
-    above it, so one unparsed answer on a small validation set is not a verdict."""
+    """Reject when the candidate's parse rate is below its parent's by more than this and the
+    drop is real: the lower end of its `level` interval (`parse_drop_interval`) is above 0,
+    so one unparsed answer on a small validation set is not a verdict. (Requiring the lower
+    end above this margin instead let through versions of 8 demo runs whose parse rate fell
+    0.08–0.11 on 10 validation questions, interval [+0.02, +0.21], and 0.13–0.27 on the
+    2000-question panel.)"""
     extreme_margin: float = 0.02
     """A parsed answer within this of 0 or 1 counts as extreme."""
     max_extreme_share: float = 0.5
@@ -277,8 +280,8 @@ def judge_candidate(
     held-out questions without an outcome yet; both sample maps cover every one.
 
     Rejected when any of these holds (all are checked and named):
-    - parse, over every question: the lower end of the `level` interval of
-      parse_rate(parent) − parse_rate(candidate) (`parse_drop_interval`) is > max_parse_drop;
+    - parse, over every question: parse_rate(parent) − parse_rate(candidate) is >
+      max_parse_drop and the lower end of its `level` interval (`parse_drop_interval`) > 0;
     - collapse, over every question: extreme_share(candidate) > max_extreme_share and >
       extreme_share(parent);
     - Brier, with at least min_brier_questions resolved questions: the lower end of the
@@ -305,11 +308,11 @@ def judge_candidate(
         f"parse rate {mine.parse_rate:.2f} vs {theirs.parse_rate:.2f} (drop {parse_drop:+.2f}, "
         f"{options.level:.0%} CI [{parse_ci[0]:+.2f}, {parse_ci[1]:+.2f}])"
     )
-    if parse_ci[0] > options.max_parse_drop:
+    if parse_drop > options.max_parse_drop and parse_ci[0] > 0.0:
         failed.append(
             f"parse rate {mine.parse_rate:.2f} is more than {options.max_parse_drop:.2f} below "
-            f"{parent_name}'s {theirs.parse_rate:.2f} beyond the interval (lower end of the "
-            f"drop {parse_ci[0]:+.2f} on {len(ids)} questions)"
+            f"{parent_name}'s {theirs.parse_rate:.2f}, a drop beyond the interval (lower end of "
+            f"the drop {parse_ci[0]:+.2f} > 0 on {len(ids)} questions)"
         )
     if mine.extreme_share > options.max_extreme_share and mine.extreme_share > theirs.extreme_share:
         failed.append(

@@ -70,8 +70,8 @@ def test_a_version_that_stops_answering_is_rejected_for_its_parse_rate() -> None
     assert not verdict.promote
     assert verdict.parse_drop == 1.0 and verdict.parse_drop_ci == (1.0, 1.0)
     assert (
-        "parse rate 0.00 is more than 0.05 below parent's 1.00 beyond the interval "
-        "(lower end of the drop +1.00 on 20 questions)" in verdict.reason
+        "parse rate 0.00 is more than 0.05 below parent's 1.00, a drop beyond the interval "
+        "(lower end of the drop +1.00 > 0 on 20 questions)" in verdict.reason
     )
     assert "parse rate 0.00 vs 1.00 (drop +1.00, 95% CI [+1.00, +1.00])" in verdict.reason
     # nothing parsed against everything parsed is certain on any number of questions
@@ -96,6 +96,25 @@ def test_one_unparsed_answer_more_than_the_parent_on_a_small_set_is_promoted() -
     thinner = {q: (0.5,) * 30 + (None,) * 10 for q in OUTCOMES}
     verdict = judge_candidate(thinner, wide, OUTCOMES, GateOptions())
     assert not verdict.promote and verdict.parse_drop_ci[0] > 0.05
+
+
+def test_a_parse_drop_beyond_the_margin_is_rejected_once_the_interval_excludes_no_drop() -> None:
+    # 16 rollouts on each of 20 questions; the candidate misses 1 of 16 on every question: a
+    # drop of 0.0625 whose interval's lower end is above 0 but below the 0.05 margin (the rule
+    # as it was, lower end above the margin, promoted it)
+    parent = {q: (0.5,) * 16 for q in OUTCOMES}
+    candidate = {q: (0.5,) * 15 + (None,) for q in OUTCOMES}
+    verdict = judge_candidate(candidate, parent, OUTCOMES, GateOptions())
+    assert verdict.parse_drop == pytest.approx(0.0625)
+    assert 0.0 < verdict.parse_drop_ci[0] < 0.05
+    assert not verdict.promote and "a drop beyond the interval" in verdict.reason
+    # a drop as large that the interval cannot tell from none is not a verdict
+    one_question = {0: 0.0}
+    verdict = judge_candidate(
+        {0: (0.5,) * 7 + (None,)}, {0: (0.5,) * 8}, one_question, GateOptions()
+    )
+    assert verdict.parse_drop == pytest.approx(0.125) and verdict.parse_drop_ci[0] == 0.0
+    assert verdict.promote
 
 
 def test_the_parse_drop_interval_of_one_question_is_its_rollouts_binomial() -> None:
