@@ -78,13 +78,15 @@ class GateOptions:
     the 4 questions resolved by round 2 parsed 0.73–0.90 of the 2000-question panel and were
     served. The unresolved ones are a sample of what the agent is asked now. 0: resolved
     questions only; None: every one."""
-    max_parse_drop: float = 0.05
+    max_parse_drop: float = 0.02
     """Reject when the candidate's parse rate is below its parent's by more than this and the
     drop is real: the lower end of its `level` interval (`parse_drop_interval`) is above 0,
     so one unparsed answer on a small validation set is not a verdict. (Requiring the lower
-    end above this margin instead let through versions of 8 demo runs whose parse rate fell
+    end above the margin instead let through versions of demo runs whose parse rate fell
     0.08–0.11 on 10 validation questions, interval [+0.02, +0.21], and 0.13–0.27 on the
-    2000-question panel.)"""
+    2000-question panel.) 0.02 is the demo's own slack (flows.demo.report.PARSE_RATE_SLACK):
+    with 0.05, a run's versions drifted down by passing drops of 0.04 and 0.02 (1.00 → 0.96
+    → 0.94 on 100 validation questions, the same on the panel) and its claim failed."""
     extreme_margin: float = 0.02
     """A parsed answer within this of 0 or 1 counts as extreme."""
     max_extreme_share: float = 0.5

@@ -70,7 +70,7 @@ def test_a_version_that_stops_answering_is_rejected_for_its_parse_rate() -> None
     assert not verdict.promote
     assert verdict.parse_drop == 1.0 and verdict.parse_drop_ci == (1.0, 1.0)
     assert (
-        "parse rate 0.00 is more than 0.05 below parent's 1.00, a drop beyond the interval "
+        "parse rate 0.00 is more than 0.02 below parent's 1.00, a drop beyond the interval "
         "(lower end of the drop +1.00 > 0 on 20 questions)" in verdict.reason
     )
     assert "parse rate 0.00 vs 1.00 (drop +1.00, 95% CI [+1.00, +1.00])" in verdict.reason
@@ -86,7 +86,7 @@ def test_one_unparsed_answer_more_than_the_parent_on_a_small_set_is_promoted() -
     verdict = judge_candidate(candidate, parent, few, GateOptions())
     assert verdict.promote and verdict.parse_drop == pytest.approx(1 / 16)
     assert verdict.parse_drop_ci[0] == 0.0 and verdict.parse_drop_ci[1] > 0.05
-    # one rollout a question: one miss in ten is a drop of 0.10, more than 0.05, yet promoted
+    # one rollout a question: one miss in ten is a drop of 0.10, more than 0.02, yet promoted
     ten = {q: OUTCOMES[q] for q in range(10)}
     single = {q: (0.5,) for q in ten}
     verdict = judge_candidate({**single, 0: (None,)}, single, ten, GateOptions())
@@ -99,20 +99,18 @@ def test_one_unparsed_answer_more_than_the_parent_on_a_small_set_is_promoted() -
 
 
 def test_a_parse_drop_beyond_the_margin_is_rejected_once_the_interval_excludes_no_drop() -> None:
-    # 16 rollouts on each of 20 questions; the candidate misses 1 of 16 on every question: a
-    # drop of 0.0625 whose interval's lower end is above 0 but below the 0.05 margin (the rule
-    # as it was, lower end above the margin, promoted it)
+    # 16 rollouts on each of 20 questions; the candidate misses 1 of 16 on 10 of them: a drop
+    # of 0.03125 whose interval's lower end is above 0 but below the 0.02 margin (the rule as
+    # it was, lower end above the margin, promoted it)
     parent = {q: (0.5,) * 16 for q in OUTCOMES}
-    candidate = {q: (0.5,) * 15 + (None,) for q in OUTCOMES}
+    candidate = {q: (0.5,) * 15 + (None,) if q < 10 else (0.5,) * 16 for q in OUTCOMES}
     verdict = judge_candidate(candidate, parent, OUTCOMES, GateOptions())
-    assert verdict.parse_drop == pytest.approx(0.0625)
-    assert 0.0 < verdict.parse_drop_ci[0] < 0.05
+    assert verdict.parse_drop == pytest.approx(0.03125)
+    assert 0.0 < verdict.parse_drop_ci[0] < 0.02
     assert not verdict.promote and "a drop beyond the interval" in verdict.reason
-    # a drop as large that the interval cannot tell from none is not a verdict
-    one_question = {0: 0.0}
-    verdict = judge_candidate(
-        {0: (0.5,) * 7 + (None,)}, {0: (0.5,) * 8}, one_question, GateOptions()
-    )
+    assert judge_candidate(candidate, parent, OUTCOMES, GateOptions(max_parse_drop=0.05)).promote
+    # a larger drop that the interval cannot tell from none is not a verdict
+    verdict = judge_candidate({0: (0.5,) * 7 + (None,)}, {0: (0.5,) * 8}, {0: 0.0}, GateOptions())
     assert verdict.parse_drop == pytest.approx(0.125) and verdict.parse_drop_ci[0] == 0.0
     assert verdict.promote
 
@@ -205,7 +203,7 @@ def test_the_health_rules_also_judge_questions_without_an_outcome() -> None:
     alone = judge_candidate(candidate, parent, resolved, GateOptions())
     assert alone.promote and alone.candidate.parse_rate == 1.0
     verdict = judge_candidate(candidate, parent, resolved, GateOptions(), health_ids=open_ids)
-    assert not verdict.promote and "parse rate 0.30 is more than 0.05 below" in verdict.reason
+    assert not verdict.promote and "parse rate 0.30 is more than 0.02 below" in verdict.reason
     health = verdict.candidate
     assert (health.questions, health.health_questions) == (2, 32)
     assert health.brier == pytest.approx(0.01)  # over the resolved two only
