@@ -5,10 +5,13 @@ verdict are futureworld.validation's (`judge_candidate`), the slice its `is_held
 
 The gate scores a candidate on the held-out validation questions whose outcome is revealed by
 `ctx.as_of` (binary ones: the Brier rule needs an outcome of 0 or 1), the most recently
-resolved first, and judges its health (parse rate, extremes) on those and on the held-out
-binary questions posed by then whose outcome is still unknown, the newest first
-(GateOptions.max_unresolved): an agent's first updates have few resolved questions, and the
-early-resolving ones are not like the rest. Each is forecast as of its own `info_cutoff_at`,
+resolved first, and judges its health (parse rate, extremes) on those and on the binary
+questions posed by then whose outcome is still unknown, held out or not, the newest first
+(GateOptions.max_unresolved): an agent's first updates have few resolved held-out questions,
+and the early-resolving ones are not like the rest. An open question has no outcome to train
+on, so an update has not learnt from it (a provisional estimator may have, which can only
+flatter the candidate's parse rate); the Brier rule, which needs outcomes, stays on the
+held-out slice. Each is forecast as of its own `info_cutoff_at`,
 so search sees only what was visible when the question was posed, by the rollout engine the
 predict stage runs (every question in flight at once), with the agent's generation settings
 and seeds that depend on the question and sample only, so candidate and parent draw with
@@ -60,7 +63,11 @@ from storage.repositories.agents import (
     set_version_status,
     validation_forecasts,
 )
-from storage.repositories.questions import latest_outcomes, list_questions
+from storage.repositories.questions import (
+    latest_outcomes,
+    list_questions,
+    open_binary_questions,
+)
 from storage.repositories.rollouts import ForecastGroup, forecast_groups
 from storage.repositories.training import held_out_question_ids, update_health
 
@@ -112,10 +119,10 @@ def gate_version(
     ctx: PipelineContext, agent_name: str, version: int, options: GateOptions = GateOptions()
 ) -> GateReport:
     """Judge `version` of `agent_name` against its parent on the validation questions revealed
-    by `ctx.as_of` (its health also on those posed and not yet resolved) and record the
+    by `ctx.as_of` (its health also on the questions posed and not yet resolved) and record the
     verdict: promoted (it serves from now on) or rejected (kept with its reason; the agent
-    keeps serving its newest promoted version). With no held-out question posed yet it is
-    promoted, reason NO_VALIDATION_DATA; with none resolved, the health rules alone decide. A
+    keeps serving its newest promoted version). With no question to judge it is promoted,
+    reason NO_VALIDATION_DATA; with none resolved, the health rules alone decide. A
     version already promoted or rejected is judged again (its kept forecasts are reused)."""
     agent = ctx.agent(agent_name)
     assert agent.id is not None
@@ -280,39 +287,33 @@ def _decide(
 def _validation_set(
     ctx: PipelineContext, options: GateOptions
 ) -> tuple[list[Question], dict[int, float]]:
-    """The binary held-out questions the gate forecasts and the outcomes of those resolved by
-    `ctx.as_of`: the resolved ones (newest resolution first, at most `options.max_questions`),
-    then those posed by `ctx.as_of` without an outcome yet (newest cut-off first, at most
-    `options.max_unresolved`). A question counts only once its cut-off has passed."""
+    """The binary questions the gate forecasts and the outcomes of those resolved by
+    `ctx.as_of`: the held-out ones resolved by then (newest resolution first, at most
+    `options.max_questions`), then the open ones (posed and past their cut-off, no outcome
+    yet; newest cut-off first, at most `options.max_unresolved`)."""
     with session_scope(ctx.engine) as session:
         held = held_out_question_ids(session, _slice(options.validation_fraction))
-        outcomes = latest_outcomes(session, as_of=ctx.as_of)
         revealed = [
             outcome
-            for qid, outcome in outcomes.items()
+            for qid, outcome in latest_outcomes(session, as_of=ctx.as_of).items()
             if qid in held and outcome.status is OutcomeStatus.RESOLVED
         ]
         revealed.sort(key=lambda o: (o.resolved_at, o.question_id), reverse=True)
-        by_id: dict[int, Question] = {}
-        for start in range(0, len(held), _QUESTION_CHUNK):
-            chunk = sorted(held)[start : start + _QUESTION_CHUNK]
-            by_id.update((q.id, q) for q in list_questions(session, ids=chunk) if q.id)
-
-    def visible(question: Question | None) -> bool:
-        return (
-            question is not None
-            and question.kind is QuestionKind.BINARY
-            and question.created_at <= ctx.as_of
-            and question.info_cutoff_at <= ctx.as_of
-        )
-
-    resolved = [by_id[o.question_id] for o in revealed if visible(by_id.get(o.question_id))]
-    resolved = resolved[: options.max_questions]
-    unresolved = sorted(
-        (q for qid, q in by_id.items() if qid not in outcomes and visible(q)),
-        key=lambda q: (q.info_cutoff_at, q.id),
-        reverse=True,
-    )[: options.max_unresolved]
+        resolved: list[Question] = []
+        for start in range(0, len(revealed), _QUESTION_CHUNK):
+            chunk = [o.question_id for o in revealed[start : start + _QUESTION_CHUNK]]
+            by_id = {q.id: q for q in list_questions(session, ids=chunk)}
+            for qid in chunk:
+                question = by_id.get(qid)
+                if question is None or question.kind is not QuestionKind.BINARY:
+                    continue
+                if question.created_at > ctx.as_of or question.info_cutoff_at > ctx.as_of:
+                    continue
+                resolved.append(question)
+            if options.max_questions is not None and len(resolved) >= options.max_questions:
+                break
+        resolved = resolved[: options.max_questions]
+        unresolved = open_binary_questions(session, as_of=ctx.as_of, limit=options.max_unresolved)
     values = {o.question_id: float(o.value) for o in revealed if o.value is not None}
     return resolved + unresolved, {q.id: values[q.id] for q in resolved if q.id is not None}
 

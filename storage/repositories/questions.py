@@ -276,6 +276,29 @@ def latest_outcomes(
     return {row.question_id: outcome_from_row(row) for row in session.scalars(statement)}
 
 
+def open_binary_questions(
+    session: Session, *, as_of: datetime, limit: int | None
+) -> list[Question]:
+    """Binary questions posed and past their cut-off by `as_of` whose outcome is not revealed by
+    then, the newest cut-off first, at most `limit` (None: all)."""
+    revealed = current_outcomes(as_of)
+    statement = (
+        select(QuestionRow.id)
+        .where(
+            QuestionRow.kind == str(QuestionKind.BINARY),
+            QuestionRow.created_at <= as_of,
+            QuestionRow.info_cutoff_at <= as_of,
+            ~exists().where(revealed.c.question_id == QuestionRow.id),
+        )
+        .order_by(QuestionRow.info_cutoff_at.desc(), QuestionRow.id.desc())
+    )
+    if limit is not None:
+        statement = statement.limit(limit)
+    ids = list(session.scalars(statement))
+    by_id = {q.id: q for q in list_questions(session, ids=ids)} if ids else {}
+    return [by_id[i] for i in ids]
+
+
 def resolved_history(
     session: Session, *, as_of: datetime | None = None
 ) -> list[tuple[str, datetime, float]]:

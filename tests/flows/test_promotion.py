@@ -1,8 +1,8 @@
 """The promotion gate on real databases with real tiny models: a version whose answers never
 parse, or that states certainty about everything, is rejected and the agent goes on serving
 its parent; a rejected version never samples a rollout; the validation slice never enters a
-replay batch; before any outcome it judges health on the open held-out questions, and with
-none posed it promotes and says why.
+replay batch; before any outcome it judges health on the open questions, and with none posed
+it promotes and says why.
 
 The models are tiny Qwen2 networks whose weights are set by hand (`answering_model`): their
 layers add nothing, so each next token depends on the current one only, wired so that any
@@ -248,8 +248,7 @@ def test_with_no_validation_question_posed_the_gate_promotes_and_says_so(
                 generation=GENERATION,
             ),
         )
-    _questions(engine, TRAINING)  # none held out
-    ctx = make_context(engine, tmp_path)
+    ctx = make_context(engine, tmp_path)  # nothing posed: nothing to judge
     version = _register(ctx, models["gibberish"])
     report = gate_version(ctx, "tiny", version, GATE)
     assert report.status is VersionStatus.PROMOTED
@@ -257,11 +256,11 @@ def test_with_no_validation_question_posed_the_gate_promotes_and_says_so(
     assert _served(ctx) == version
 
 
-def test_before_any_outcome_the_gate_judges_health_on_the_open_held_out_questions(
+def test_before_any_outcome_the_gate_judges_health_on_the_open_questions(
     engine: Engine, tmp_path: Path, models: dict[str, Path]
 ) -> None:
-    """Held-out questions posed but not resolved: no Brier yet, but a version that cannot
-    answer is rejected by the parse rule, and one that answers passes."""
+    """Questions posed but not resolved, held out or not: no Brier yet, but a version that
+    cannot answer is rejected by the parse rule, and one that answers passes."""
     with session_scope(engine) as session:
         ensure_agent(
             session,
@@ -272,7 +271,7 @@ def test_before_any_outcome_the_gate_judges_health_on_the_open_held_out_question
                 generation=GENERATION,
             ),
         )
-    _questions(engine, HELD_OUT[:6])
+    _questions(engine, HELD_OUT[:3] + TRAINING)
     ctx = make_context(engine, tmp_path)
     broken = _register(ctx, models["gibberish"])
     report = gate_version(ctx, "tiny", broken, GATE)

@@ -28,6 +28,7 @@ from storage.repositories.questions import (
     count_rows,
     latest_outcomes,
     list_questions,
+    open_binary_questions,
     record_outcomes,
     upsert_questions,
 )
@@ -125,6 +126,47 @@ def test_outcome_revisions_only_on_change(engine) -> None:
         )
         record_outcomes(session, [annul])
         assert list_questions(session)[0].status is QuestionStatus.ANNULLED
+
+
+def test_open_binary_questions_are_those_posed_and_unresolved_as_of_newest_first(engine) -> None:
+    day = timedelta(days=1)
+    with session_scope(engine) as session:
+        upsert_questions(
+            session,
+            [
+                make_question(1, info_cutoff_at=T0),
+                make_question(2, info_cutoff_at=T0 + day),  # resolves on day 2
+                make_question(3, info_cutoff_at=T0 + 2 * day),
+                make_question(4, created_at=T0 + 5 * day, info_cutoff_at=T0 + 5 * day),
+                make_question(
+                    5,
+                    kind=QuestionKind.CHOICE,
+                    options=("North", "South"),
+                    crowd_probability=None,
+                ),
+            ],
+        )
+        ids = {q.external_id: q.id for q in list_questions(session)}
+        record_outcomes(
+            session,
+            [
+                Outcome(
+                    question_id=ids["q2"],
+                    revision=0,
+                    status=OutcomeStatus.RESOLVED,
+                    value=1.0,
+                    resolved_at=T0 + 2 * day,
+                )
+            ],
+        )
+        at = T0 + 3 * day
+        assert [q.external_id for q in open_binary_questions(session, as_of=at, limit=None)] == [
+            "q3",
+            "q1",
+        ]  # q2 resolved by then, q4 not yet posed, q5 a choice question
+        assert [q.external_id for q in open_binary_questions(session, as_of=at, limit=1)] == ["q3"]
+        before = open_binary_questions(session, as_of=T0 + day, limit=None)
+        assert [q.external_id for q in before] == ["q2", "q1"]  # its outcome came later
 
 
 def _trajectory(qid: int, agent_id: int, sample: int, n_tokens: int = 5) -> Trajectory:
