@@ -375,10 +375,11 @@ def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
     trained = [a for a in progress if a.description == "train tiny: optimiser steps done"]
     assert trained and trained[0].data == 100.0, [a.data for a in trained]  # newest
     # the promotion gate ran (no held-out question resolved: q0–q2 lie outside the 10%
-    # slice); the dashboard, last published by the cycle's evaluate, shows v1's verdict, its
-    # update's health and both versions' live scores
+    # slice; its health rules judged the open question); the dashboard, last published by the
+    # cycle's evaluate, shows v1's verdict, its update's health and both versions' live scores
     dashboard = _latest_artifact(artifact_key("dashboard", "tiny")).data
-    assert "| v1 | promoted |" in dashboard and "no validation data" in dashboard
+    assert "| v1 | promoted |" in dashboard
+    assert "no resolved question: the Brier rule waits for outcomes" in dashboard
     assert "| v0 | promoted |" in dashboard and "data:image/png;base64," in dashboard
     assert list((tmp_path / "reports").glob("dashboard-tiny-*.png"))
 
