@@ -31,11 +31,10 @@ from futureworld.domain import (
 )
 from storage.repositories.questions import current_outcomes
 from storage.repositories.rollouts import FORECAST_COLUMNS
-from storage.repositories.training import replay_groups
+from storage.repositories.training import consumed_by_a_kept_update, replay_groups
 from storage.tables import (
     OutcomeRow,
     QuestionRow,
-    ReplayConsumptionRow,
     RewardRow,
     RolloutRow,
 )
@@ -160,12 +159,7 @@ def select_provisional_batch(
     first, as scored rollouts (outcome_value None, revision 0, the consensus ŷ their reward
     was computed with) with their tokens; none of
     `exclude_question_ids` (the validation slice)."""
-    consumed = exists().where(
-        ReplayConsumptionRow.agent_id == agent_id,
-        ReplayConsumptionRow.rollout_id == RolloutRow.id,
-        ReplayConsumptionRow.outcome_revision == PROVISIONAL_REVISION,
-        ReplayConsumptionRow.provisional.is_(True),
-    )
+    consumed = consumed_by_a_kept_update(agent_id, PROVISIONAL_REVISION, provisional=True)
     statement = (
         select(
             RolloutRow.id,

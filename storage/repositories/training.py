@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import ColumnElement, exists, func, select, update
 from sqlalchemy.orm import Session
 
 from futureworld.domain import (
@@ -30,12 +30,14 @@ from futureworld.domain import (
     ScoredRollout,
     TrainingRun,
     TrainStep,
+    VersionStatus,
     utc_now,
 )
 from storage.repositories._sql import insert
 from storage.repositories.questions import current_outcomes
 from storage.repositories.rollouts import load_trajectories
 from storage.tables import (
+    PolicyVersionRow,
     QuestionRow,
     ReplayConsumptionRow,
     RewardRow,
@@ -43,6 +45,27 @@ from storage.tables import (
     TrainingRunRow,
     TrainStepRow,
 )
+
+
+def consumed_by_a_kept_update(
+    agent_id: int, outcome_revision: Any, *, provisional: bool
+) -> ColumnElement[bool]:
+    """Whether the agent already trained on the rollout (RolloutRow.id) at `outcome_revision`
+    in an update whose version was not rejected. A rejected version's data never reached a
+    served version, and the next update starts from the served one, so it may train on that
+    data again; the rejected run's consumption records stay, for the audit (and count again
+    if a person promotes that version)."""
+    rejected = exists().where(
+        PolicyVersionRow.training_run_id == ReplayConsumptionRow.training_run_id,
+        PolicyVersionRow.status == str(VersionStatus.REJECTED),
+    )
+    return exists().where(
+        ReplayConsumptionRow.agent_id == agent_id,
+        ReplayConsumptionRow.rollout_id == RolloutRow.id,
+        ReplayConsumptionRow.outcome_revision == outcome_revision,
+        ReplayConsumptionRow.provisional.is_(provisional),
+        ~rejected,
+    )
 
 
 def select_replay_batch(
@@ -66,12 +89,7 @@ def select_replay_batch(
     not replayed, nor counted.
     """
     current = current_outcomes(as_of)
-    consumed = exists().where(
-        ReplayConsumptionRow.agent_id == agent_id,
-        ReplayConsumptionRow.rollout_id == RolloutRow.id,
-        ReplayConsumptionRow.outcome_revision == RewardRow.outcome_revision,
-        ReplayConsumptionRow.provisional.is_(False),
-    )
+    consumed = consumed_by_a_kept_update(agent_id, RewardRow.outcome_revision, provisional=False)
     statement = (
         select(
             RolloutRow.id,

@@ -328,8 +328,9 @@ def test_every_update_is_gated_before_it_serves_and_the_next_starts_from_the_ser
     engine: Engine, tmp_path: Path, models: dict[str, Path]
 ) -> None:
     """The path that runs: replay_and_train leaves the validation slice out of its batch,
-    registers a candidate, gates it, and starts the next update from the served version; a
-    candidate an earlier run left ungated is judged before the next update trains."""
+    registers a candidate, gates it, and starts the next update from the served version, on
+    the data a rejected version trained on too; a candidate an earlier run left ungated is
+    judged before the next update trains."""
     _agent_with_forecasts(engine, tmp_path, models["hedging"])
     backfill_rewards(make_context(engine, tmp_path, as_of=RESOLVED_AT))
     ctx = make_context(
@@ -351,10 +352,16 @@ def test_every_update_is_gated_before_it_serves_and_the_next_starts_from_the_ser
         )
     assert trained and trained.isdisjoint(validation_question_ids(ctx, 0.1))
 
+    assert replay_and_train(ctx, "tiny", options) is None  # v1 trained on all there was
+    # A rejected version's data never reached a served version: the next update, from the
+    # served parent, trains on it again (the rejected run's records stay).
     reject_version(ctx, "tiny", 1, "a person saw it misbehave")
-    again = replay_and_train(ctx, "tiny", TrainOptions(**{**dict(options), "reuse": True}))
+    again = replay_and_train(ctx, "tiny", options)
     assert again is not None and (again.from_version, again.to_version) == (0, 2)
-    assert _served(ctx) == 2
+    assert again.groups == first.groups and _served(ctx) == 2
+    with session_scope(engine) as session:
+        runs = set(session.scalars(select(ReplayConsumptionRow.training_run_id)))
+    assert len(runs) == 2
 
     broken = _register(ctx, models["gibberish"], parent=2)  # a run that died before its gate
     third = replay_and_train(ctx, "tiny", TrainOptions(**{**dict(options), "reuse": True}))
