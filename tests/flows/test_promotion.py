@@ -235,9 +235,8 @@ def test_a_rejected_version_never_samples_a_rollout(
     assert versions == {0} and broken not in versions and candidate not in versions
 
 
-def test_with_no_validation_question_posed_the_gate_promotes_and_says_so(
-    engine: Engine, tmp_path: Path, models: dict[str, Path]
-) -> None:
+def _hedging_agent(engine: Engine, models: dict[str, Path]) -> None:
+    """Agent "tiny" on the model that answers 0.5, with nothing forecast yet."""
     with session_scope(engine) as session:
         ensure_agent(
             session,
@@ -248,6 +247,12 @@ def test_with_no_validation_question_posed_the_gate_promotes_and_says_so(
                 generation=GENERATION,
             ),
         )
+
+
+def test_with_no_validation_question_posed_the_gate_promotes_and_says_so(
+    engine: Engine, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    _hedging_agent(engine, models)
     ctx = make_context(engine, tmp_path)  # nothing posed: nothing to judge
     version = _register(ctx, models["gibberish"])
     report = gate_version(ctx, "tiny", version, GATE)
@@ -261,16 +266,7 @@ def test_before_any_outcome_the_gate_judges_health_on_the_open_questions(
 ) -> None:
     """Questions posed but not resolved, held out or not: no Brier yet, but a version that
     cannot answer is rejected by the parse rule, and one that answers passes."""
-    with session_scope(engine) as session:
-        ensure_agent(
-            session,
-            Agent(
-                name="tiny",
-                base_model=str(models["hedging"]),
-                backend="local",
-                generation=GENERATION,
-            ),
-        )
+    _hedging_agent(engine, models)
     _questions(engine, HELD_OUT[:3] + TRAINING)
     ctx = make_context(engine, tmp_path)
     broken = _register(ctx, models["gibberish"])

@@ -168,36 +168,23 @@ def test_siop_credits_each_turn_by_the_change_of_the_outcome_potential():
     # −(p − 0.8)² − 0.16. a: searched, belief 0.7, answered 0.9 (R = −0.17); b: searched,
     # belief 0.4, answered 0.6 (R = −0.20); c: answered 0.5 at once (R = −0.25).
     q, lam = 0.8, 0.5
-    a = make_rollout(
-        sample_index=0,
-        reward=-0.17,
-        completion=(1, 2, 3, 4, 5),
-        mask=(1, 1, 0, 1, 1),
-        turns=_searched(0.7),
-        p_yes=0.9,
-        outcome_value=None,
-        consensus=q,
-    )
-    b = make_rollout(
-        sample_index=1,
-        reward=-0.20,
-        completion=(1, 2, 3, 4, 5),
-        mask=(1, 1, 0, 1, 1),
-        turns=_searched(0.4),
-        p_yes=0.6,
-        outcome_value=None,
-        consensus=q,
-    )
-    c = make_rollout(
-        sample_index=2,
-        reward=-0.25,
-        completion=(1, 2),
-        mask=(1, 1),
-        turns=(Turn(index=0, role="assistant", text="", token_start=0, token_end=2),),
-        p_yes=0.5,
-        outcome_value=None,
-        consensus=q,
-    )
+
+    def unresolved(sample: int, reward: float, p_yes: float, belief: float | None):
+        searched = belief is not None
+        return make_rollout(
+            sample_index=sample,
+            reward=reward,
+            completion=(1, 2, 3, 4, 5) if searched else (1, 2),
+            mask=(1, 1, 0, 1, 1) if searched else (1, 1),
+            turns=_searched(belief) if searched else _searched(0.5)[:1],
+            p_yes=p_yes,
+            outcome_value=None,
+            consensus=q,
+        )
+
+    a = unresolved(0, -0.17, 0.9, 0.7)
+    b = unresolved(1, -0.20, 0.6, 0.4)
+    c = unresolved(2, -0.25, 0.5, None)
     out = _advantages([a, b, c], Estimator.SIOP, siop_lambda=lam)
     # Returns from each assistant turn: potential change to the end + (1 − λ)·R.
     a0 = _phi(0.9, q) - _phi(0.5, q) + (1 - lam) * -0.17
