@@ -278,8 +278,9 @@ def judge_candidate(
     parent_name: str = "parent",
 ) -> GateVerdict:
     """The gate's verdict on a candidate, paired with its parent on the same validation
-    questions: `outcomes` (question id → 1.0 / 0.0) are the resolved ones, `health_ids` more
-    held-out questions without an outcome yet; both sample maps cover every one.
+    questions: `outcomes` (question id → 1.0 / 0.0) are the resolved held-out ones,
+    `health_ids` more questions without an outcome yet (the open ones, which only the health
+    rules judge); both sample maps cover every one.
 
     Rejected when any of these holds (all are checked and named):
     - parse, over every question: parse_rate(parent) − parse_rate(candidate) is >

@@ -248,8 +248,8 @@ def _assistant_turn_rewards(rollout: ScoredRollout, target: float, lam: float) -
             starts.append(belief)
         if turn.belief is not None:  # elicited after this turn (the loop: after a tool turn)
             belief = turn.belief
-    if not starts:
-        return []
+    if not starts:  # no turn records: the whole generation is one turn
+        starts.append(PRIOR_BELIEF)
     trajectory = rollout.trajectory
     answered = trajectory.parse_status is ParseStatus.OK and trajectory.p_yes is not None
     ends.append(float(trajectory.p_yes) if answered else belief)  # type: ignore[arg-type]
@@ -306,8 +306,8 @@ def siop(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages
       eight identical rollouts still differ from their mean and a collapsed policy would be
       reinforced, the defect forecast_info_gain had), and turns are compared with the same
       turns of other rollouts. γ = 1.
-    Generated tokens outside any assistant turn get the first turn's advantage. Groups with
-    neither an outcome nor a consensus are skipped.
+    Generated tokens outside any assistant turn get the first turn's advantage (a rollout with
+    no turn records is one turn). Groups with neither an outcome nor a consensus are skipped.
     """
     if len(group) < MIN_GROUP_SIZE:
         return None
@@ -318,9 +318,9 @@ def siop(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages
     returns: list[np.ndarray] = []
     for rollout in group:
         rewards = np.asarray(_assistant_turn_rewards(rollout, target, lam))
-        returns.append(np.cumsum(rewards[::-1])[::-1] if len(rewards) else rewards)
+        returns.append(np.cumsum(rewards[::-1])[::-1])
     advantages: list[list[float]] = [[0.0] * len(g) for g in returns]
-    for k in range(max((len(g) for g in returns), default=0)):
+    for k in range(max(len(g) for g in returns)):
         members = [i for i, g in enumerate(returns) if len(g) > k]
         centred = _centred(np.asarray([returns[i][k] for i in members], dtype=np.float64))
         for i, value in zip(members, centred, strict=True):
@@ -328,10 +328,10 @@ def siop(group: Sequence[ScoredRollout], config: TrainConfig) -> TokenAdvantages
     out: TokenAdvantages = []
     for rollout, own in zip(group, advantages, strict=True):
         mask = _mask(rollout)
-        adv = mask * np.float32(own[0] if own else 0.0)
+        adv = mask * np.float32(own[0])
         turns = sorted(rollout.trajectory.turns, key=lambda t: t.index)
         assistant = [t for t in turns if t.role == "assistant"]
-        for turn, value in zip(assistant, own, strict=True):
+        for turn, value in zip(assistant, own if assistant else (), strict=True):
             span = slice(turn.token_start, turn.token_end)
             adv[span] = np.float32(value) * mask[span]
         out.append(adv.astype(np.float32))

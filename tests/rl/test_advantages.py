@@ -241,6 +241,16 @@ def test_siop_uses_the_outcome_once_known_and_gives_identical_rollouts_exactly_z
         assert all(np.all(adv == 0) for adv in out.token_advantages)
 
 
+def test_siop_on_rollouts_without_turn_records_is_one_turn_each():
+    # y = 1, λ = 0.5: return = Φ(p) − Φ(0.5) + 0.5·R on every generated token
+    group = _group([-0.04, -0.36], p_yes=[0.8, 0.4])
+    out = _advantages(group, Estimator.SIOP, siop_lambda=0.5)
+    g = [math.log(p) - math.log(0.5) + 0.5 * r for p, r in ((0.8, -0.04), (0.4, -0.36))]
+    mean = sum(g) / 2
+    for adv, value in zip(out.token_advantages, g, strict=True):
+        np.testing.assert_allclose(adv, [value - mean, 0.0, value - mean], rtol=1e-5)
+
+
 def test_siop_skips_a_group_with_neither_outcome_nor_consensus():
     out = _advantages(_group([0.0, -1.0], outcome_value=None), Estimator.SIOP)
     assert (out.groups_used, out.groups_skipped) == (0, 1)
