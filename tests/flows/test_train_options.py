@@ -51,6 +51,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "kl_coef": ("0.1", "0.1"),
     "entropy_coef": ("0.01", "0.01"),
     "info_gain_lambda": ("0.25", "0.25"),
+    "siop_lambda": ("0.75", "0.75"),
     "temperature": ("0.7", "0.7"),
     "lora_rank": ("8", "8"),
     "lora_alpha": ("16", "16.0"),
