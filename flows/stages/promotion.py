@@ -11,13 +11,13 @@ questions posed by then whose outcome is still unknown, held out or not, the new
 and the early-resolving ones are not like the rest. An open question has no outcome to train
 on, so an update has not learnt from it (a provisional estimator may have, which can only
 flatter the candidate's parse rate); the Brier rule, which needs outcomes, stays on the
-held-out slice. Each is forecast as of its own `info_cutoff_at`,
-so search sees only what was visible when the question was posed, by the rollout engine the
-predict stage runs (every question in flight at once), with the agent's generation settings
-and seeds that depend on the question and sample only, so candidate and parent draw with
-common random numbers. The parent
-is scored on the same questions, paired: from its own stored validation forecasts, else its
-stored rollouts of the question (its first forecast made by then), else forecast the same way.
+held-out slice. Each is forecast as of its own `info_cutoff_at`, so search sees only what
+was visible when the question was posed, by the rollout engine the predict stage runs (every
+question in flight at once), with the agent's generation settings and seeds that depend on
+the question and sample only, so candidate and parent draw with common random numbers. The
+parent is scored on the same questions, paired: from its own stored validation forecasts,
+else its stored rollouts of the question (its first forecast made by then), else forecast the
+same way.
 
 Gate forecasts are never training data: they are not rollouts at all but kept on the version's
 row (policy_version.validation_forecasts: question id → each rollout's P(yes)), so neither
@@ -135,7 +135,7 @@ def gate_version(
         parent = get_policy_version(session, agent.id, candidate.parent_version)
     questions, outcomes = _validation_set(ctx, options)
     if not questions:
-        reason = f"{NO_VALIDATION_DATA}: no held-out question to judge by {ctx.as_of.isoformat()}"
+        reason = f"{NO_VALIDATION_DATA}: no question to judge by {ctx.as_of.isoformat()}"
         _decide(ctx, candidate, VersionStatus.PROMOTED, reason, questions=0)
         return GateReport(agent.name, version, parent.version, VersionStatus.PROMOTED, reason)
     mine, made, failures = _forecasts(

@@ -17,7 +17,7 @@ Decisions:
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, exists, func, select, update
@@ -157,8 +157,8 @@ def select_provisional_batch(
 ) -> ReplayBatch:
     """The agent's unresolved groups with unvoided provisional rewards of `reward_fn`, oldest
     first, as scored rollouts (outcome_value None, revision 0, the consensus ŷ their reward
-    was computed with) with their tokens; none of
-    `exclude_question_ids` (the validation slice)."""
+    was computed with) with their tokens; none of `exclude_question_ids` (the validation
+    slice)."""
     consumed = consumed_by_a_kept_update(agent_id, PROVISIONAL_REVISION, provisional=True)
     statement = (
         select(
@@ -182,19 +182,19 @@ def select_provisional_batch(
     if not reuse:
         statement = statement.where(~consumed)
     excluded = frozenset(exclude_question_ids)
-    consensus: dict[int, float | None] = {}
+    consensus: dict[int, float] = {}
     rows = []
     for rid, qid, version, reward, components in session.execute(statement):
         if qid in excluded:
             continue
         rows.append((rid, qid, version, reward, None, PROVISIONAL_REVISION))
-        value = (components or {}).get("consensus")
-        consensus[rid] = None if value is None else float(value)
-    batch = replay_groups(
-        session, agent_id, rows, current_version=current_version, max_groups=max_groups
+        if (components or {}).get("consensus") is not None:
+            consensus[rid] = float(components["consensus"])
+    return replay_groups(
+        session,
+        agent_id,
+        rows,
+        current_version=current_version,
+        max_groups=max_groups,
+        consensus=consensus,
     )
-    groups = tuple(
-        tuple(replace(r, consensus=consensus[r.trajectory.id]) for r in group)  # type: ignore[index]
-        for group in batch.groups
-    )
-    return replace(batch, groups=groups)

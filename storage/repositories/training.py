@@ -143,10 +143,12 @@ def replay_groups(
     *,
     current_version: int,
     max_groups: int | None,
+    consensus: Mapping[int, float] | None = None,
 ) -> ReplayBatch:
     """Scored rows (rollout id, question id, policy version, reward, outcome value, outcome
     revision), oldest first, as the ReplayBatch of their groups: groups of fewer than
-    MIN_GROUP_SIZE are counted, not returned; `max_groups` leaves the rest for later."""
+    MIN_GROUP_SIZE are counted, not returned; `max_groups` leaves the rest for later.
+    `consensus` (rollout id → ŷ) is what provisional rewards were computed with."""
     groups: dict[GroupKey, list[tuple[int, float, float | None, int]]] = {}
     for rid, qid, version, reward, value, revision in rows:
         scored = (rid, float(reward), None if value is None else float(value), revision)
@@ -164,8 +166,9 @@ def replay_groups(
                     outcome_value=value,
                     outcome_revision=revision,
                     staleness=current_version - trajectory.policy_version,
+                    consensus=(consensus or {}).get(rid),
                 )
-                for _rid, reward, value, revision in group
+                for rid, reward, value, revision in group
             )
             for group in chosen
         ),
