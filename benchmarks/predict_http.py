@@ -20,11 +20,13 @@ length and later turns queue behind the first turns of newer groups.
 Two reference rows, measured in the same process against the same server: the closed loop
 (max_concurrency threads on one connection pool, each sending its next request as its last
 returns: no engine, no database, so the transport's own ceiling on this machine at this
-moment), and a perfect client (no time at all between a response and the next request, the
-engine's order: the scripted turns list-scheduled on max_concurrency slots). The perfect
-client is short of 1.0 only by the drain of the last requests: 1.00 for single turns of one
-length, 0.86 for 32 questions × G = 8 with --max-turns 3 --search-rate 0.5 (439 requests need
-16 waves where 14 would hold them), 0.95 for 64 questions.
+moment), and a perfect client (no time at all between a response and the next request):
+the scripted turns list-scheduled on max_concurrency slots in the engine's order, requests
+in the order they became ready, and for comparison the order the engine used before (the
+oldest group's requests first). The perfect client is short of 1.0 only by the drain of the
+last requests: 1.00 for single turns of one length; for 32 questions × G = 8 with
+--max-turns 3 --search-rate 0.5 (439 requests), 0.98 in ready order against 0.86 oldest
+group first, whose last groups' second and third turns ran on a near-empty stream.
 
 What bounds the ratio now: no longer the engine's thread. Finished groups are written on
 predict's writer thread and tool calls run on the engine's tool workers, so the engine's
@@ -39,6 +41,19 @@ single turns, 64 questions: 0.86–0.90 × max_concurrency (before 0.81–0.85; 
 0.93, perfect client 0.95), 5.1–5.3k tokens/s against 3.8–3.9k; 32 questions: 0.73–0.77
 (before 0.47–0.69; perfect client 0.86). With 6 s requests both codes reach 0.98 single-turn
 and 0.99 of the perfect client multi-turn.
+
+Requests in ready order, measured with two demo runs on the 2 cores beside (load 3–4), 32
+questions, 3 turns, search rate 0.5, alternating with the oldest-group-first engine: 0.68–0.81
+against 0.74–0.77, inside the noise at that load, though the perfect client moved from 0.86
+to 0.98. Where the rest goes, from a client-side timeline of the same runs: the client holds
+31 of 32 requests open through the whole run (ramp and drain aside), but each takes 0.215–
+0.241 s at the median (p90 0.26–0.32 s) for the server's 0.2 s. The time between a response
+and the next request is spent inside the request, in the transport: the process burns 4.6
+ms of CPU a request (2.0 s over a 4.1 s run of 439 requests; single turns 3.4 ms), 32 HTTP
+threads, the tool workers and the writer contending for one interpreter lock on cores the
+demos hold. A 0.5 ms interpreter switch interval (sys.setswitchinterval) moved the same run
+from 0.75 to 0.79 and the median request from 0.228 to 0.216 s; httpx's async client on one
+event loop did worse than the threads in the closed loop (0.75–0.82 against 0.94).
 
     .venv/bin/python benchmarks/predict_http.py [--questions 64 --samples 8 --per-token-ms 3]
     .venv/bin/python benchmarks/predict_http.py --questions 32 --request-ms 200 --new-tokens 40
@@ -174,6 +189,9 @@ def main() -> None:
                 url, model_dir, questions[0], after.load.requests, concurrency, args.new_tokens
             )
             bound = _perfect_client(model_dir, policy, questions, args, generation, concurrency)
+            by_start = _perfect_client(
+                model_dir, policy, questions, args, generation, concurrency, ready_order=False
+            )
             runs = [after, closed]
             if not args.skip_before:
                 runs.append(_one_question_at_a_time(ctx, url, model_dir, generation, args))
@@ -191,7 +209,8 @@ def main() -> None:
         print(run.line(concurrency, ideal))
     print(
         f"a perfect client (no time between a response and the next request, the engine's "
-        f"order): in flight mean {bound:5.1f} = {bound / concurrency:.2f} × max_concurrency"
+        f"ready order): in flight mean {bound:5.1f} = {bound / concurrency:.2f} × "
+        f"max_concurrency; the oldest group's requests first: {by_start / concurrency:.2f}"
     )
     in_flight = after.load.mean_in_flight
     print(
@@ -250,12 +269,15 @@ def _perfect_client(
     args: argparse.Namespace,
     generation: GenerationSettings,
     concurrency: int,
+    *,
+    ready_order: bool = True,
 ) -> float:
     """Mean requests in flight of a client that loses no time between a response and the
-    next request, scheduling as the engine does (earlier groups' requests first, every
-    group's first turns ready at once): the turns the scripted server will give each
-    rollout, list-scheduled on `concurrency` slots. Its shortfall from max_concurrency is
-    the drain of the last requests, which no client can avoid."""
+    next request: the turns the scripted server will give each rollout, list-scheduled on
+    `concurrency` slots, every group's first turns ready at once. `ready_order`: requests
+    go in the order they became ready, as the engine sends them; else the oldest group's
+    first (the engine's order before). Its shortfall from max_concurrency is the drain of
+    the last requests."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     script = ScriptedCompletions(tokenizer, policy)
     stops = list(ACTION_STOP_STRINGS)
@@ -265,24 +287,29 @@ def _perfect_client(
         duration = policy.prefill_s + len(choice["token_ids"]) * policy.per_token_s
         return duration, choice["stop_reason"] == "</search>"
 
-    ready: list[tuple[int, int, int, int, int]] = []  # (group, key, sample, seed, turn)
+    # priority, key, group, sample, seed, turn
+    ready: list[tuple[int, int, int, int, int, int]] = []
     keys = itertools.count()
+
+    def push(order: int, sample: int, seed: int, turn_no: int) -> None:
+        key = next(keys)
+        heapq.heappush(ready, (key if ready_order else order, key, order, sample, seed, turn_no))
+
     for order, question in enumerate(sorted(questions, key=lambda q: q.id or 0)):
         assert question.id is not None
         for sample in range(args.samples):
-            seed = rollout_seed(generation.seed, question.id, 0, sample)
-            heapq.heappush(ready, (order, next(keys), sample, seed, 0))
+            push(order, sample, rollout_seed(generation.seed, question.id, 0, sample), 0)
     running: list[tuple[float, int, int, int, int, bool]] = []
     now = busy = 0.0
     while ready or running:
         while ready and len(running) < concurrency:
-            order, _, sample, seed, turn_no = heapq.heappop(ready)
+            _, _, order, sample, seed, turn_no = heapq.heappop(ready)
             duration, searched = turn(turn_seed(seed, turn_no))
             busy += duration
             heapq.heappush(running, (now + duration, order, sample, seed, turn_no, searched))
         now, order, sample, seed, turn_no, searched = heapq.heappop(running)
         if searched and turn_no + 1 < generation.max_turns:
-            heapq.heappush(ready, (order, next(keys), sample, seed, turn_no + 1))
+            push(order, sample, seed, turn_no + 1)
     return busy / now
 
 

@@ -5,6 +5,7 @@ rollouts end; its rollouts must be the reference's, token for token."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -190,6 +191,56 @@ def test_a_group_ending_at_very_different_times_is_handed_over_once_complete(
     assert [t.sample_index for t in slow_group] == [0, 1, 2, 3]
     assert [sum(turn.role == "tool" for turn in t.turns) for t in slow_group] == [0, 2, 4, 6]
     assert all(t.stop_reason is StopReason.ANSWERED and t.p_yes == 0.3 for t in slow_group)
+
+
+class TwoSlotStream(SequentialStream):
+    """Two requests in flight at most; each step takes long enough for the tool calls it
+    follows to have finished. Records the (turn, key) of every request it takes."""
+
+    def __init__(self, generate) -> None:
+        super().__init__(generate)
+        self.offered: list[tuple[int, int]] = []
+
+    def offer(self, request) -> bool:
+        if len(self._waiting) >= 2:
+            return False
+        self.offered.append((request.params.seed // 1_000_003, request.key))
+        return super().offer(request)
+
+    def advance(self):
+        time.sleep(0.2)
+        return super().advance()
+
+
+def test_requests_go_in_the_order_they_became_ready(tiny_backend: LocalBackend):
+    """The next turns of the first group, ready once their searches return, wait behind the
+    first turns encoded before them (while the stream was full): sending the oldest group's
+    turns first made the last groups' later turns run on a draining stream."""
+    backend = StaggeredBackend(tiny_backend.tokenizer)
+    streams: list[TwoSlotStream] = []
+
+    def open_stream() -> TwoSlotStream:
+        streams.append(TwoSlotStream(backend.generate))
+        return streams[-1]
+
+    backend.open_stream = open_stream  # type: ignore[method-assign]
+    jobs = [
+        GroupJob(question=make_question(id=i), samples=(0, 1), seeds=seeds, as_of=CUTOFF)
+        for i, seeds in ((1, (1, 1)), (2, (0, 0)), (3, (0, 0)))  # group 1 searches once
+    ]
+    engine = RolloutEngine(
+        backend,
+        RecordingCorpus(make_articles()),
+        GenerationSettings(max_turns=3, max_new_tokens=16),
+        agent_id=1,
+        policy_version=0,
+    )
+    groups, failures, _ = _run(engine, jobs)
+    assert not failures and len(groups) == 3
+    [stream] = streams
+    assert sorted(turn for turn, _ in stream.offered) == [0] * 6 + [1] * 2
+    keys = [key for _, key in stream.offered]  # made as each request became ready
+    assert keys == sorted(keys)
 
 
 def test_a_failing_request_fails_its_group_only(tiny_backend: LocalBackend):
