@@ -96,6 +96,14 @@ def demo_command(
             "base, never older than the warm start.",
         ),
     ] = None,
+    draw_groups: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Each update trains on at most this many groups drawn from those waiting "
+            "(the rest wait); default: all.",
+        ),
+    ] = None,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -139,6 +147,7 @@ def demo_command(
             report_to=report_to,
             rl_kl_coef=kl_coef,
             rl_kl_trail=kl_trail,
+            rl_draw_groups=draw_groups,
             train_set=tuple(set_ or ()),
         )
     except TrainConfigError as error:

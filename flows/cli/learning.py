@@ -99,6 +99,14 @@ def train_command(
         ),
     ] = TrainOptions.model_fields["kl_trail"].default,
     max_groups: Annotated[int | None, typer.Option(help="Replay at most this many groups.")] = None,
+    draw_groups: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Train on at most this many of the replayed groups, drawn at random (seeded "
+            "by the as-of day and parent version); the rest wait.",
+        ),
+    ] = None,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
     reuse: Annotated[
         bool, typer.Option("--reuse", help="Also replay groups this lineage trained on before.")
@@ -180,6 +188,7 @@ def train_command(
         kl_reference=kl_reference,
         kl_trail=kl_trail,
         max_groups=max_groups,
+        draw_groups=draw_groups,
         reuse=reuse,
         fresh_optimizer=fresh_optimizer,
         nproc=nproc,

@@ -77,6 +77,9 @@ class DemoConfig:
     rl_kl_trail: int | None = None
     """Anchor the KL penalty to the version this many promotions before each update's base
     (`TrainOptions.kl_trail`), never older than the warm start; None: the warm start."""
+    rl_draw_groups: int | None = None
+    """Each update trains on at most this many groups drawn from those waiting
+    (`TrainOptions.draw_groups`); None: all of them."""
     rl_groups_per_step: int = 5
     """Whole groups per optimiser step: 5 questions × G = 8 = the 40 rollouts a step tuned
     with benchmarks/learning_curve.py (gradients accumulate over the step's rows)."""
@@ -250,4 +253,5 @@ class DemoConfig:
             kind_rewards=tuple(own_reward[k] for k in self.extra_kinds),
             kl_reference=WARM_START_VERSION,
             kl_trail=self.rl_kl_trail,
+            draw_groups=self.rl_draw_groups,
         )

@@ -147,6 +147,11 @@ class TrainOptions(BaseModel):
     reference is the base model under the adapter)."""
     max_groups: int | None = None
     """Replay at most this many groups (oldest first); the rest wait for the next update."""
+    draw_groups: int | None = Field(default=None, ge=1)
+    """Train on at most this many of the groups replay selected, drawn at random (seeded by
+    the update's as-of day and parent version, so a retry on another day draws anew); the
+    rest wait, unconsumed. Bounds an update's size when data piles up, as after a run of
+    rejected updates whose data is trained on again (`flows.stages.training.drawn_groups`)."""
     min_groups: int = 1
     """Do nothing while fewer completed groups are waiting."""
     reuse: bool = False

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import random
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -379,10 +380,13 @@ def replay_and_train(
             )
     if len(batch.groups) < max(options.min_groups, 1):
         return None
+    if options.draw_groups is not None:
+        batch = drawn_groups(batch, options.draw_groups, seed=_draw_seed(ctx, parent.version))
     rollouts = batch.rollouts
     run_config = {
         "train": config.to_json(),
         "max_groups": options.max_groups,
+        "draw_groups": options.draw_groups,
         "reuse": options.reuse,
         "groups": len(batch.groups),
         "reward_fn": str(config.reward_fn),
@@ -470,6 +474,26 @@ def _gate_left_candidates(ctx: PipelineContext, agent_name: str, gate: GateOptio
     could not judge), so the update starts from the version that should serve."""
     for version in candidate_versions(ctx, agent_name):
         _gate(ctx, agent_name, version, gate)
+
+
+def drawn_groups(batch: ReplayBatch, n: int, *, seed: int) -> ReplayBatch:
+    """`n` of the batch's groups drawn at random without replacement by `seed`, kept in the
+    batch's order (oldest first); the others are left for a later update (counted in
+    remaining_groups). A batch of at most `n` groups is returned as it is."""
+    if len(batch.groups) <= n:
+        return batch
+    chosen = sorted(random.Random(seed).sample(range(len(batch.groups)), n))
+    return ReplayBatch(
+        groups=tuple(batch.groups[i] for i in chosen),
+        skipped_small_groups=batch.skipped_small_groups,
+        remaining_groups=batch.remaining_groups + len(batch.groups) - n,
+    )
+
+
+def _draw_seed(ctx: PipelineContext, parent_version: int) -> int:
+    """The update's draw: its as-of day and parent, so the same update re-run draws the same
+    groups and a retry from the same parent on another day draws others."""
+    return ctx.as_of.date().toordinal() * 100_003 + parent_version
 
 
 def _merged_replay_batch(batches: Sequence[ReplayBatch], max_groups: int | None) -> ReplayBatch:

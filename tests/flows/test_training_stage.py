@@ -24,9 +24,21 @@ from flows.cli import app
 from flows.stages.backfilling import backfill_rewards
 from flows.stages.lineage import reference_version
 from flows.stages.predicting import predict
-from flows.stages.training import TrainOptions, replay_and_train, supervised_finetune
+from flows.stages.training import (
+    TrainOptions,
+    drawn_groups,
+    replay_and_train,
+    supervised_finetune,
+)
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
-from futureworld.domain import Agent, PolicyVersion, Question
+from futureworld.domain import (
+    Agent,
+    PolicyVersion,
+    Question,
+    ReplayBatch,
+    ScoredRollout,
+    Trajectory,
+)
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.checkpoints import checkpoint_sha256
 from futureworld.rl.config import TrainConfig
@@ -225,6 +237,48 @@ def test_steps_hold_whole_groups_through_the_stage(
     [step] = whole.steps
     assert (step["groups"], step["rollouts"], step["rows"]) == (3, 9, 3)
     assert step["positions"] < sum(s["positions"] for s in report.steps)
+
+
+def test_draw_groups_bounds_an_update_and_leaves_the_rest_waiting(
+    engine, db_url: str, scored_tiny_agent, tmp_path
+) -> None:
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
+    scored_tiny_agent(db_url, tmp_path)
+    first = replay_and_train(ctx, "tiny", FAST.model_copy(update={"draw_groups": 2}))
+    assert first is not None
+    assert (first.groups, first.rollouts, first.remaining_groups) == (2, 6, 1)
+    assert _count(engine, ReplayConsumptionRow) == 6
+    with session_scope(engine) as session:
+        drawn = {row.rollout_id for row in session.scalars(select(ReplayConsumptionRow))}
+    # The group left out waits, unconsumed, for the next update, which trains on it alone.
+    second = replay_and_train(ctx, "tiny", FAST.model_copy(update={"draw_groups": 2}))
+    assert second is not None and (second.groups, second.rollouts) == (1, 3)
+    with session_scope(engine) as session:
+        rows = session.scalars(select(ReplayConsumptionRow)).all()
+    assert len({row.rollout_id for row in rows}) == 9 and drawn < {row.rollout_id for row in rows}
+    with session_scope(engine) as session:
+        config = (
+            session.scalars(select(TrainingRunRow).where(TrainingRunRow.to_version == 1))
+            .one()
+            .config
+        )
+    assert config["draw_groups"] == 2
+
+
+def test_the_draw_is_seeded_and_changes_with_the_seed() -> None:
+    batch = ReplayBatch(groups=tuple((_scored(i),) for i in range(10)), remaining_groups=4)
+    drawn = drawn_groups(batch, 3, seed=7)
+    assert len(drawn.groups) == 3 and drawn.remaining_groups == 4 + 7
+    ids = [group[0].trajectory.question_id for group in drawn.groups]
+    assert ids == sorted(ids)  # kept in the batch's order, oldest first
+    assert drawn_groups(batch, 3, seed=7) == drawn
+    assert len({drawn_groups(batch, 3, seed=s).groups for s in range(8)}) > 1
+    assert drawn_groups(batch, 10, seed=7) is batch
+
+
+def _scored(question_id: int) -> ScoredRollout:
+    trajectory = Trajectory(question_id=question_id, agent_id=1, policy_version=0, sample_index=0)
+    return ScoredRollout(trajectory=trajectory, reward=0.0, outcome_value=1.0, outcome_revision=0)
 
 
 def test_kl_anchors_to_the_base_or_a_named_version_and_is_positive_once_weights_moved(
