@@ -14,16 +14,26 @@ from rich.table import Table
 
 from flows.cli.common import UserError, console
 from flows.cli.progress import progress_report
+from flows.demo.config import DemoConfig
 from flows.tracking import ReportTo
+
+D = DemoConfig()
+"""The defaults every option takes (one place: DemoConfig's)."""
 
 
 def demo_command(
-    rounds: Annotated[int, typer.Option(help="Simulated days of the daily cycle.")] = 30,
-    questions_per_day: Annotated[int, typer.Option(help="New questions per day.")] = 40,
-    samples: Annotated[int, typer.Option("--samples", "-G", help="Rollouts per question.")] = 8,
-    panel: Annotated[int, typer.Option(help="Held-out panel questions scored each round.")] = 2000,
-    seed: Annotated[int, typer.Option(help="World and model seed.")] = 0,
-    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = Path("reports/demo"),
+    rounds: Annotated[int, typer.Option(help="Simulated days of the daily cycle.")] = D.rounds,
+    questions_per_day: Annotated[
+        int, typer.Option(help="New questions per day.")
+    ] = D.questions_per_day,
+    samples: Annotated[
+        int, typer.Option("--samples", "-G", help="Rollouts per question.")
+    ] = D.samples,
+    panel: Annotated[
+        int, typer.Option(help="Held-out panel questions scored each round.")
+    ] = D.panel_questions,
+    seed: Annotated[int, typer.Option(help="World and model seed.")] = D.seed,
+    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = D.out_dir,
     resume: Annotated[
         bool,
         typer.Option(
@@ -33,11 +43,14 @@ def demo_command(
         ),
     ] = False,
     sft_days: Annotated[
-        int, typer.Option(min=1, help="Days of reference forecasts the warm start learns.")
-    ] = 5,
+        int,
+        typer.Option(
+            min=1, help="Days of reference forecasts the warm start learns (research off)."
+        ),
+    ] = D.sft_days,
     sft_epochs: Annotated[
         int, typer.Option(min=1, help="Epochs of the warm start (research off).")
-    ] = 20,
+    ] = D.sft_epochs,
     kinds: Annotated[
         str,
         typer.Option(
@@ -45,13 +58,13 @@ def demo_command(
             help="Question kinds the world poses, comma-separated: binary (always), choice, "
             "numeric.",
         ),
-    ] = "binary",
+    ] = ",".join(k.value for k in D.kinds),
     kind_questions_per_day: Annotated[
         int, typer.Option(help="Choice and numeric questions per day, of each kind asked.")
-    ] = 10,
+    ] = D.kind_questions_per_day,
     kind_panel: Annotated[
         int, typer.Option(help="Held-out panel questions per choice or numeric kind.")
-    ] = 300,
+    ] = D.kind_panel_questions,
     research: Annotated[
         bool,
         typer.Option(
@@ -59,10 +72,10 @@ def demo_command(
             help="Run on the research world: questions state no cue, the agent searches and "
             "opens articles over several turns, warm-started on a reference researcher.",
         ),
-    ] = False,
+    ] = D.research,
     research_panel: Annotated[
         int, typer.Option(help="Held-out research-panel questions scored each round.")
-    ] = 480,
+    ] = D.research_panel_questions,
     validation_fraction: Annotated[
         float,
         typer.Option(
@@ -71,7 +84,7 @@ def demo_command(
             help="Share of live questions the promotion gate holds out of every update; 0 = "
             "no gate.",
         ),
-    ] = 0.1,
+    ] = D.validation_fraction,
     report_to: Annotated[
         ReportTo | None,
         typer.Option(
@@ -87,7 +100,7 @@ def demo_command(
             help="k3 KL penalty of every update to the warm start (or the --kl-trail "
             "version); 0 = off.",
         ),
-    ] = 0.0,
+    ] = D.rl_kl_coef,
     kl_trail: Annotated[
         int | None,
         typer.Option(
@@ -95,15 +108,15 @@ def demo_command(
             help="Anchor the KL penalty to the version K promotions before each update's "
             "base, never older than the warm start.",
         ),
-    ] = None,
+    ] = D.rl_kl_trail,
     draw_groups: Annotated[
         int | None,
         typer.Option(
-            min=1,
+            min=0,
             help="Each update trains on at most this many groups drawn from those waiting "
-            "(the rest wait); default: all.",
+            "(the rest wait); 0 = all of them.",
         ),
-    ] = None,
+    ] = D.rl_draw_groups,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -120,7 +133,6 @@ def demo_command(
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
-    from flows.demo.config import DemoConfig
     from flows.demo.resume import ResumeRefused
     from flows.demo.run import run_demo
     from flows.stages.train_options import TrainConfigError
@@ -147,7 +159,7 @@ def demo_command(
             report_to=report_to,
             rl_kl_coef=kl_coef,
             rl_kl_trail=kl_trail,
-            rl_draw_groups=draw_groups,
+            rl_draw_groups=draw_groups or None,
             train_set=tuple(set_ or ()),
         )
     except TrainConfigError as error:
