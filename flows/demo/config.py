@@ -130,7 +130,7 @@ class DemoConfig:
     """Days of the reference researcher's rollouts the research warm start learns."""
     research_sft_epochs: int = 10
     """Warm-start epochs on the research demonstrations (their rows are ~5x the brief one-turn
-    rows, so the default demo's 20 epochs would cost ~5x its warm start)."""
+    rows, so the brief demo's epochs on them would cost ~5x its warm start)."""
     research_sft_learning_rate: float = 2e-3
     """The research warm start's learning rate: few epochs on long rows, so a larger step."""
     research_panel_questions: int = 480
