@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0-7", help="e.g. 0-7 or 0,3,5")
     parser.add_argument(
         "--sizes",
-        default=f"5x20,{DemoConfig.sft_days}x{DemoConfig.sft_epochs}",
+        default="5x20,10x15",
         help="days x epochs, comma-separated",
     )
     parser.add_argument("--out", type=Path, default=Path("reports/warm_start_format.json"))

@@ -62,21 +62,18 @@ class DemoConfig:
     panel_samples: int = 1
     """Forecasts per panel question: the outcome noise is per question, so many questions
     with one sample each measure a policy better than fewer questions sampled repeatedly."""
-    sft_days: int = 10
-    """Days of the reference's forecasts the warm start learns (research off): 10 x 40 = 400
-    demonstrations. With 5 days x 20 epochs (the same model, the same 1000 steps' worth of a
-    smaller set) seed 3's warm start parsed 0.8775 of the panel at temperature 1 and the
-    others 0.94-0.99: its malformed answers are numbers broken by a sampled junk token where
-    the digits' distribution is widest (`<probability>0. trial0</probability>`). 10 days x 15
-    epochs parse 0.976-0.992 on seeds 0-7 for 1.5x the steps (docs/results.md, "The warm
-    start's format on eight seeds"); 10 days x 10 epochs parse as well but left seed 0
-    without the cue (panel Brier 0.41)."""
+    sft_days: int = 5
+    """Days of the reference's forecasts the warm start learns (research off): 5 x 40 = 200
+    demonstrations. A larger warm start (10 days x 15 epochs) parses more of the round-0 panel
+    on every seed (0.976-0.992 against 0.878-0.986) but was not adopted: on seed 0 its RL run
+    forgot the highest cue within two updates (docs/results.md, "A larger warm start and a
+    bounded draw, on eight seeds")."""
     sft_questions_per_day: int = 40
     sft_sharpening: float = 3.0
     """The reference's over-confidence: its log-odds are this multiple of the truth's."""
     sft_noise_logit: float = 1.0
     """Noise on the warm-start targets' log-odds, so the policy keeps spread to explore."""
-    sft_epochs: int = 15
+    sft_epochs: int = 20
     sft_learning_rate: float = 1e-3
     rl_learning_rate: float = 1e-3
     rl_kl_coef: float = 0.0
@@ -85,13 +82,9 @@ class DemoConfig:
     rl_kl_trail: int | None = None
     """Anchor the KL penalty to the version this many promotions before each update's base
     (`TrainOptions.kl_trail`), never older than the warm start; None: the warm start."""
-    rl_draw_groups: int | None = 40
+    rl_draw_groups: int | None = None
     """Each update trains on at most this many groups drawn from those waiting
-    (`TrainOptions.draw_groups`); None: all of them. 40 is a day's questions at the default
-    size, so a normal day trains on all it has, while the backlog a streak of rejected
-    versions leaves (each rejected update's data waits to be trained on again) no longer makes
-    every retry larger: without it, one run's retries grew 37 -> 343 groups and 8 -> 69 steps,
-    the largest kl_prox of an update 0.09 -> 1.31 (docs/results.md)."""
+    (`TrainOptions.draw_groups`); None: all of them."""
     rl_groups_per_step: int = 5
     """Whole groups per optimiser step: 5 questions × G = 8 = the 40 rollouts a step tuned
     with benchmarks/learning_curve.py (gradients accumulate over the step's rows)."""
