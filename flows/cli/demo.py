@@ -17,23 +17,25 @@ from flows.cli.progress import progress_report
 from flows.demo.config import DemoConfig
 from flows.tracking import ReportTo
 
-D = DemoConfig()
+DEFAULTS = DemoConfig()
 """The defaults every option takes (one place: DemoConfig's)."""
 
 
 def demo_command(
-    rounds: Annotated[int, typer.Option(help="Simulated days of the daily cycle.")] = D.rounds,
+    rounds: Annotated[
+        int, typer.Option(help="Simulated days of the daily cycle.")
+    ] = DEFAULTS.rounds,
     questions_per_day: Annotated[
         int, typer.Option(help="New questions per day.")
-    ] = D.questions_per_day,
+    ] = DEFAULTS.questions_per_day,
     samples: Annotated[
         int, typer.Option("--samples", "-G", help="Rollouts per question.")
-    ] = D.samples,
+    ] = DEFAULTS.samples,
     panel: Annotated[
         int, typer.Option(help="Held-out panel questions scored each round.")
-    ] = D.panel_questions,
-    seed: Annotated[int, typer.Option(help="World and model seed.")] = D.seed,
-    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = D.out_dir,
+    ] = DEFAULTS.panel_questions,
+    seed: Annotated[int, typer.Option(help="World and model seed.")] = DEFAULTS.seed,
+    out: Annotated[Path, typer.Option("--out", help="Report folder.")] = DEFAULTS.out_dir,
     resume: Annotated[
         bool,
         typer.Option(
@@ -47,10 +49,10 @@ def demo_command(
         typer.Option(
             min=1, help="Days of reference forecasts the warm start learns (research off)."
         ),
-    ] = D.sft_days,
+    ] = DEFAULTS.sft_days,
     sft_epochs: Annotated[
         int, typer.Option(min=1, help="Epochs of the warm start (research off).")
-    ] = D.sft_epochs,
+    ] = DEFAULTS.sft_epochs,
     kinds: Annotated[
         str,
         typer.Option(
@@ -58,13 +60,13 @@ def demo_command(
             help="Question kinds the world poses, comma-separated: binary (always), choice, "
             "numeric.",
         ),
-    ] = ",".join(k.value for k in D.kinds),
+    ] = ",".join(k.value for k in DEFAULTS.kinds),
     kind_questions_per_day: Annotated[
         int, typer.Option(help="Choice and numeric questions per day, of each kind asked.")
-    ] = D.kind_questions_per_day,
+    ] = DEFAULTS.kind_questions_per_day,
     kind_panel: Annotated[
         int, typer.Option(help="Held-out panel questions per choice or numeric kind.")
-    ] = D.kind_panel_questions,
+    ] = DEFAULTS.kind_panel_questions,
     research: Annotated[
         bool,
         typer.Option(
@@ -72,10 +74,10 @@ def demo_command(
             help="Run on the research world: questions state no cue, the agent searches and "
             "opens articles over several turns, warm-started on a reference researcher.",
         ),
-    ] = D.research,
+    ] = DEFAULTS.research,
     research_panel: Annotated[
         int, typer.Option(help="Held-out research-panel questions scored each round.")
-    ] = D.research_panel_questions,
+    ] = DEFAULTS.research_panel_questions,
     validation_fraction: Annotated[
         float,
         typer.Option(
@@ -84,7 +86,7 @@ def demo_command(
             help="Share of live questions the promotion gate holds out of every update; 0 = "
             "no gate.",
         ),
-    ] = D.validation_fraction,
+    ] = DEFAULTS.validation_fraction,
     report_to: Annotated[
         ReportTo | None,
         typer.Option(
@@ -100,7 +102,7 @@ def demo_command(
             help="k3 KL penalty of every update to the warm start (or the --kl-trail "
             "version); 0 = off.",
         ),
-    ] = D.rl_kl_coef,
+    ] = DEFAULTS.rl_kl_coef,
     kl_trail: Annotated[
         int | None,
         typer.Option(
@@ -108,7 +110,7 @@ def demo_command(
             help="Anchor the KL penalty to the version K promotions before each update's "
             "base, never older than the warm start.",
         ),
-    ] = D.rl_kl_trail,
+    ] = DEFAULTS.rl_kl_trail,
     draw_groups: Annotated[
         int | None,
         typer.Option(
@@ -116,7 +118,7 @@ def demo_command(
             help="Each update trains on at most this many groups drawn from those waiting "
             "(the rest wait); 0 = all of them.",
         ),
-    ] = D.rl_draw_groups,
+    ] = DEFAULTS.rl_draw_groups,
     set_: Annotated[
         list[str] | None,
         typer.Option(
