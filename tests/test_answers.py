@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import futureworld.answers
@@ -289,6 +289,7 @@ def test_numeric_canonical_text_has_15_digits_above_1e16(values: list[float]) ->
     assert answer.quantiles == pytest.approx(values, rel=1e-14)
 
 
+@example(values=[1775001600.0] * 4 + [1782777599.9999998])  # 0.2 µs before midnight
 @given(values=st.lists(st.floats(DATES.lower, DATES.upper), min_size=5, max_size=5).map(sorted))
 def test_numeric_canonical_text_on_a_time_axis_is_the_utc_day(values: list[float]) -> None:
     q = numeric_question(DATES)

@@ -29,7 +29,9 @@ def format_numeric_value(value: float, spec: NumericSpec) -> str:
     """A value as the prompt shows it and the answer may write it: a date on a time axis,
     else the shortest decimal that round-trips (no exponent below 1e16)."""
     if spec.time_axis:
-        return f"{datetime.fromtimestamp(value, UTC):%Y-%m-%d}"
+        # The day the value falls in, floored before datetime sees it: fromtimestamp rounds
+        # to the microsecond, so 0.2 µs before midnight would be written as the next day.
+        return f"{datetime.fromtimestamp(value - value % 86_400, UTC):%Y-%m-%d}"
     return f"{value:.15g}" if abs(value) >= 1e16 else repr(float(value)).removesuffix(".0")
 
 
