@@ -45,10 +45,7 @@ def demo_command(
         ),
     ] = False,
     sft_days: Annotated[
-        int,
-        typer.Option(
-            min=1, help="Days of reference forecasts the warm start learns (research off)."
-        ),
+        int, typer.Option(min=1, help="Days of reference forecasts the warm start learns.")
     ] = DEFAULTS.sft_days,
     sft_epochs: Annotated[
         int, typer.Option(min=1, help="Epochs of the warm start (research off).")

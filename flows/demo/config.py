@@ -119,8 +119,6 @@ class DemoConfig:
     of an "<entity> <event>" query, so they rank first unless another question shares its
     entity and event; every result lengthens the sequences the warm start and each update
     forward (on 2 cores the warm start's cost is the sequences' length)."""
-    research_sft_days: int = 5
-    """Days of the reference researcher's rollouts the research warm start learns."""
     research_sft_epochs: int = 10
     """Warm-start epochs on the research demonstrations (their rows are ~5x the brief one-turn
     rows, so the brief demo's epochs on them would cost ~5x its warm start)."""

@@ -39,7 +39,7 @@ def warm_start(config: DemoConfig, settings: Settings, *, as_of: datetime) -> li
     research_questions = []
     if config.research:
         examples = []
-        research_questions = researcher.warm_start_questions(warm_world, config.research_sft_days)
+        research_questions = researcher.warm_start_questions(warm_world, config.sft_days)
         texts = researcher.tokenizer_texts(
             warm_world,
             research_questions,

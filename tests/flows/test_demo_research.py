@@ -153,7 +153,7 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
         questions_per_day=10,
         samples=4,
         research_panel_questions=60,
-        research_sft_days=2,
+        sft_days=2,
         report_to=ReportTo.TENSORBOARD,
     )
     result = run_demo(config)
