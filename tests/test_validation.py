@@ -221,3 +221,68 @@ def test_with_no_resolved_question_only_the_health_rules_decide() -> None:
     assert judge_candidate(parent, parent, {}, GateOptions(), health_ids=list(range(12))).promote
     with pytest.raises(ValueError, match="at least one validation question"):
         judge_candidate(parent, parent, {}, GateOptions())
+
+
+TRAINED = {q: float(q % 3 == 0) for q in range(100, 130)}
+"""Thirty questions an update trained on, a third resolved YES."""
+OPEN = list(range(5))
+"""Questions with no outcome yet: the health rules' only ones."""
+
+
+def _on(trained: dict[int, tuple[float, ...]]) -> dict[int, tuple[float, ...]]:
+    return {**{q: (0.5, 0.5) for q in OPEN}, **trained}
+
+
+def test_a_version_worse_on_the_questions_it_was_trained_on_is_rejected_before_any_outcome() -> (
+    None
+):
+    """No held-out outcome yet (the Brier rule waits), healthy answers everywhere: the fit
+    rule alone rejects a candidate that answers its training questions backwards."""
+    parent = _on({q: (0.3, 0.4) if y == 0 else (0.6, 0.7) for q, y in TRAINED.items()})
+    backwards = _on({q: (0.7, 0.8) if y == 0 else (0.2, 0.3) for q, y in TRAINED.items()})
+    verdict = judge_candidate(
+        backwards, parent, {}, GateOptions(), health_ids=OPEN, trained_outcomes=TRAINED
+    )
+    assert not verdict.promote
+    assert "worse than parent on the 30 questions it was trained on" in verdict.reason
+    # each question: (0.75 - y)^2 against (0.35 - y)^2 for NO, (0.25-1)^2 vs (0.65-1)^2 YES
+    assert verdict.fit_difference == pytest.approx(
+        (20 * (0.5625 - 0.1225) + 10 * (0.5625 - 0.1225)) / 30
+    )
+    assert verdict.fit_ci == pytest.approx((0.44, 0.44))
+    assert verdict.fit_questions == 30 and verdict.brier_ci is None
+    assert verdict.candidate.health_questions == len(OPEN)  # trained ones are not health's
+
+    learnt = judge_candidate(
+        parent, backwards, {}, GateOptions(), health_ids=OPEN, trained_outcomes=TRAINED
+    )
+    assert learnt.promote and learnt.fit_difference == pytest.approx(-0.44)
+    off = judge_candidate(backwards, parent, {}, GateOptions(), health_ids=OPEN)
+    assert off.promote and off.fit_questions == 0 and off.fit_ci is None
+
+
+def test_the_fit_rule_needs_as_many_questions_as_the_brier_rule_and_an_interval_above_zero() -> (
+    None
+):
+    few = dict(list(TRAINED.items())[:9])
+    parent = _on({q: (0.5, 0.5) for q in TRAINED})
+    backwards = _on({q: (0.9,) * 2 if y == 0 else (0.1,) * 2 for q, y in TRAINED.items()})
+    verdict = judge_candidate(
+        backwards, parent, {}, GateOptions(), health_ids=OPEN, trained_outcomes=few
+    )
+    assert verdict.promote and verdict.fit_ci is None
+    assert "fit rule needs 10 questions" in verdict.reason
+    # Worse on some, better on others: an interval that reaches below zero does not convict.
+    # Half answered the right way (0.8 toward the outcome: -0.21 each), half the wrong way
+    # (0.7 away from it: +0.24 each): +0.015 on average.
+    mixed = _on(
+        {q: (abs(y - 0.2),) * 2 if q % 2 else (abs(y - 0.7),) * 2 for q, y in TRAINED.items()}
+    )
+    maybe = judge_candidate(
+        mixed, parent, {}, GateOptions(), health_ids=OPEN, trained_outcomes=TRAINED
+    )
+    assert maybe.fit_difference == pytest.approx(0.015)
+    assert maybe.fit_ci is not None and maybe.fit_ci[0] <= 0.0 < maybe.fit_ci[1]
+    assert maybe.promote
+    with pytest.raises(ValueError, match="max_trained must be >= 0"):
+        GateOptions(max_trained=-1)

@@ -11,7 +11,10 @@ questions posed by then whose outcome is still unknown, held out or not, the new
 and the early-resolving ones are not like the rest. An open question has no outcome to train
 on, so an update has not learnt from it (a provisional estimator may have, which can only
 flatter the candidate's parse rate); the Brier rule, which needs outcomes, stays on the
-held-out slice. Each is forecast as of its own `info_cutoff_at`, so search sees only what
+held-out slice. The fit rule scores the candidate, paired with its parent, on the resolved
+questions its own update trained on (GateOptions.max_trained): a version worse on the very
+outcomes it was fitted to has diverged, which needs no held-out outcome to see. Each is
+forecast as of its own `info_cutoff_at`, so search sees only what
 was visible when the question was posed, by the rollout engine the predict stage runs (every
 question in flight at once), with the agent's generation settings and seeds that depend on
 the question and sample only, so candidate and parent draw with common random numbers. The
@@ -40,6 +43,7 @@ from flows.context import PipelineContext
 from flows.stages.serving import serve_version
 from futureworld.domain import (
     Agent,
+    Outcome,
     OutcomeStatus,
     ParseStatus,
     PolicyVersion,
@@ -69,7 +73,11 @@ from storage.repositories.questions import (
     open_binary_questions,
 )
 from storage.repositories.rollouts import ForecastGroup, forecast_groups
-from storage.repositories.training import held_out_question_ids, update_health
+from storage.repositories.training import (
+    held_out_question_ids,
+    trained_question_ids,
+    update_health,
+)
 
 NO_VALIDATION_DATA = "no validation data"
 """The reason recorded for a version promoted because no validation question was resolved."""
@@ -101,6 +109,10 @@ class GateReport:
     """The paired interval of parse_rate(parent) − parse_rate(candidate) (the parse rule's)."""
     forecast: dict[str, int] = field(default_factory=dict)
     """Questions forecast now, per side ("candidate", "parent"); the rest were reused."""
+    fit_questions: int = 0
+    """The update's own resolved training questions the fit rule scored (0: none)."""
+    fit_ci: tuple[float, float] | None = None
+    """The paired interval of Brier(candidate) − Brier(parent) on them (the fit rule's)."""
 
 
 def validation_question_ids(ctx: PipelineContext, fraction: float) -> frozenset[int]:
@@ -138,21 +150,30 @@ def gate_version(
         reason = f"{NO_VALIDATION_DATA}: no question to judge by {ctx.as_of.isoformat()}"
         _decide(ctx, candidate, VersionStatus.PROMOTED, reason, questions=0)
         return GateReport(agent.name, version, parent.version, VersionStatus.PROMOTED, reason)
+    validation_ids = {q.id for q in questions}
+    trained, trained_outcomes = _trained_set(ctx, candidate, options)
+    scored = questions + [q for q in trained if q.id not in validation_ids]
+    # The rollouts per question follow the validation set's size (GateOptions.min_rollouts),
+    # which the health rules judge; the trained questions get as many.
+    per_question = options.samples_for(len(questions))
     mine, made, failures = _forecasts(
-        ctx, agent, candidate, questions, options, reuse_rollouts=False
+        ctx, agent, candidate, scored, per_question, reuse_rollouts=False
     )
-    if failures and len(failures) == len(questions):
+    if failures and len(failures) == len(scored):
         raise GateError(
-            f"{agent.name} v{version} could not forecast any of {len(questions)} validation "
+            f"{agent.name} v{version} could not forecast any of {len(scored)} validation "
             f"questions ({failures[0]}); it stays a candidate"
         )
-    theirs, made_parent, _ = _forecasts(ctx, agent, parent, questions, options, reuse_rollouts=True)
+    theirs, made_parent, _ = _forecasts(
+        ctx, agent, parent, scored, per_question, reuse_rollouts=True
+    )
     verdict = judge_candidate(
         mine,
         theirs,
         outcomes,
         options,
         health_ids=[q.id for q in questions if q.id is not None],
+        trained_outcomes=trained_outcomes,
         parent_name=f"parent v{parent.version}",
     )
     status = VersionStatus.PROMOTED if verdict.promote else VersionStatus.REJECTED
@@ -188,6 +209,8 @@ def gate_version(
         brier_ci=verdict.brier_ci,
         parse_drop_ci=verdict.parse_drop_ci,
         forecast={"candidate": len(made), "parent": len(made_parent)},
+        fit_questions=verdict.fit_questions,
+        fit_ci=verdict.fit_ci,
     )
 
 
@@ -299,23 +322,52 @@ def _validation_set(
             if qid in held and outcome.status is OutcomeStatus.RESOLVED
         ]
         revealed.sort(key=lambda o: (o.resolved_at, o.question_id), reverse=True)
-        resolved: list[Question] = []
-        for start in range(0, len(revealed), _QUESTION_CHUNK):
-            chunk = [o.question_id for o in revealed[start : start + _QUESTION_CHUNK]]
-            by_id = {q.id: q for q in list_questions(session, ids=chunk)}
-            for qid in chunk:
-                question = by_id.get(qid)
-                if question is None or question.kind is not QuestionKind.BINARY:
-                    continue
-                if question.created_at > ctx.as_of or question.info_cutoff_at > ctx.as_of:
-                    continue
-                resolved.append(question)
-            if options.max_questions is not None and len(resolved) >= options.max_questions:
-                break
-        resolved = resolved[: options.max_questions]
+        resolved = _binary_questions(session, revealed, ctx.as_of, options.max_questions)
         unresolved = open_binary_questions(session, as_of=ctx.as_of, limit=options.max_unresolved)
     values = {o.question_id: float(o.value) for o in revealed if o.value is not None}
     return resolved + unresolved, {q.id: values[q.id] for q in resolved if q.id is not None}
+
+
+def _trained_set(
+    ctx: PipelineContext, candidate: PolicyVersion, options: GateOptions
+) -> tuple[list[Question], dict[int, float]]:
+    """The binary questions the candidate's update trained on whose outcome is revealed by
+    `ctx.as_of`, the most recently resolved first (at most `options.max_trained`), and those
+    outcomes: what the fit rule scores. None for a version no update made."""
+    if candidate.training_run_id is None or options.max_trained == 0:
+        return [], {}
+    with session_scope(ctx.engine) as session:
+        ids = trained_question_ids(session, candidate.training_run_id)
+        revealed = [
+            outcome
+            for qid, outcome in latest_outcomes(session, as_of=ctx.as_of).items()
+            if qid in ids and outcome.status is OutcomeStatus.RESOLVED
+        ]
+        revealed.sort(key=lambda o: (o.resolved_at, o.question_id), reverse=True)
+        chosen = _binary_questions(session, revealed, ctx.as_of, options.max_trained)
+    values = {o.question_id: float(o.value) for o in revealed if o.value is not None}
+    return chosen, {q.id: values[q.id] for q in chosen if q.id is not None}
+
+
+def _binary_questions(
+    session, revealed: Sequence[Outcome], as_of: datetime, limit: int | None
+) -> list[Question]:
+    """The binary questions of `revealed`'s outcomes, in their order, posed and past their
+    cut-off by `as_of`, at most `limit` (None: all); read in chunks (a bound IN list)."""
+    chosen: list[Question] = []
+    for start in range(0, len(revealed), _QUESTION_CHUNK):
+        chunk = [o.question_id for o in revealed[start : start + _QUESTION_CHUNK]]
+        by_id = {q.id: q for q in list_questions(session, ids=chunk)}
+        for qid in chunk:
+            question = by_id.get(qid)
+            if question is None or question.kind is not QuestionKind.BINARY:
+                continue
+            if question.created_at > as_of or question.info_cutoff_at > as_of:
+                continue
+            chosen.append(question)
+        if limit is not None and len(chosen) >= limit:
+            break
+    return chosen[:limit]
 
 
 def _forecasts(
@@ -323,13 +375,13 @@ def _forecasts(
     agent: Agent,
     version: PolicyVersion,
     questions: Sequence[Question],
-    options: GateOptions,
+    per_question: int,
     *,
     reuse_rollouts: bool,
 ) -> tuple[dict[int, tuple[float | None, ...]], list[Question], list[str]]:
     """(question id → each rollout's P(yes), the questions forecast now, why each group that
     failed did): the version's kept validation forecasts, then (`reuse_rollouts`) its stored
-    rollouts, then new forecasts."""
+    rollouts, then new forecasts, `per_question` rollouts each."""
     with session_scope(ctx.engine) as session:
         kept = validation_forecasts(session, agent.id, version.version)
         stored = _stored_rollouts(session, agent, version, ctx.as_of) if reuse_rollouts else {}
@@ -344,7 +396,6 @@ def _forecasts(
             missing.append(question)
     failures: list[str] = []
     if missing:
-        per_question = options.samples_for(len(questions))
         made, failures = _forecast_now(ctx, agent, version, missing, per_question)
         samples.update(made)
     return samples, missing, failures

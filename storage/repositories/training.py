@@ -136,6 +136,18 @@ def held_out_question_ids(
     return frozenset(qid for qid, source, external_id in rows if is_held_out(source, external_id))
 
 
+def trained_question_ids(session: Session, training_run_id: int) -> frozenset[int]:
+    """Ids of the questions whose rollouts the training run trained on (on any reward, real or
+    provisional): the promotion gate's fit rule scores a candidate on those resolved."""
+    statement = (
+        select(RolloutRow.question_id)
+        .join(ReplayConsumptionRow, ReplayConsumptionRow.rollout_id == RolloutRow.id)
+        .where(ReplayConsumptionRow.training_run_id == training_run_id)
+        .distinct()
+    )
+    return frozenset(session.scalars(statement))
+
+
 def replay_groups(
     session: Session,
     agent_id: int,

@@ -30,7 +30,14 @@ from flows.stages.promotion import (
 )
 from flows.stages.train_options import TrainOptions
 from flows.stages.training import replay_and_train
-from futureworld.domain import Agent, PolicyVersion, Question, VersionStatus
+from futureworld.domain import (
+    Agent,
+    Outcome,
+    OutcomeStatus,
+    PolicyVersion,
+    Question,
+    VersionStatus,
+)
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.config import TrainConfig
 from futureworld.validation import DEFAULT_VALIDATION_FRACTION, GateOptions, is_held_out
@@ -42,7 +49,7 @@ from storage.repositories.agents import (
     register_policy_version,
     validation_forecasts,
 )
-from storage.repositories.questions import upsert_questions
+from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
 from storage.repositories.training import held_out_question_ids, select_replay_batch
 from storage.tables import ReplayConsumptionRow, RolloutRow
 from tests.flows.conftest import (
@@ -112,6 +119,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     return {
         "hedging": answering_model(base, root / "hedging", "0.5"),
         "certain": answering_model(base, root / "certain", "1"),
+        "leaning": answering_model(base, root / "leaning", "0.9"),
         "gibberish": greedy_gibberish_model(base, root / "gibberish"),
     }
 
@@ -149,7 +157,9 @@ def _agent_with_forecasts(engine: Engine, tmp_path: Path, base: Path) -> Pipelin
     return make_context(engine, tmp_path, as_of=RESOLVED_AT)
 
 
-def _register(ctx: PipelineContext, checkpoint: Path, *, parent: int = 0) -> int:
+def _register(
+    ctx: PipelineContext, checkpoint: Path, *, parent: int = 0, training_run_id: int | None = None
+) -> int:
     with session_scope(ctx.engine) as session:
         agent = get_agent(session, "tiny")
         newest = ctx.newest_version(agent).version
@@ -161,6 +171,7 @@ def _register(ctx: PipelineContext, checkpoint: Path, *, parent: int = 0) -> int
                 parent_version=parent,
                 checkpoint_path=str(checkpoint),
                 status=VersionStatus.CANDIDATE,
+                training_run_id=training_run_id,
             ),
         ).version
 
@@ -366,3 +377,55 @@ def test_every_update_is_gated_before_it_serves_and_the_next_starts_from_the_ser
         left = get_policy_version(session, agent_id, broken)
     assert left.status is VersionStatus.REJECTED and "parse rate" in left.status_reason
     assert third is not None and (third.from_version, third.to_version) == (2, broken + 1)
+
+
+FITTED = [f"v{i}" for i in range(400) if not is_held_out("test", f"v{i}")][:12]
+"""Twelve questions outside the validation slice: what an update trains on."""
+
+
+def test_a_version_worse_on_the_questions_its_update_trained_on_is_rejected_before_any_outcome(
+    engine: Engine, tmp_path: Path, models: dict[str, Path]
+) -> None:
+    """The path that runs: replay_and_train's gate scores the candidate, paired with its
+    parent, on the resolved questions its own training run consumed (the fit rule) while no
+    held-out question has resolved; a version of that run that answers them backwards (0.9
+    on questions that resolved NO, healthy otherwise) is rejected for it."""
+    _hedging_agent(engine, models)
+    _questions(engine, FITTED + HELD_OUT[:3])
+    predict(make_context(engine, tmp_path), "tiny", samples=2)
+    with session_scope(engine) as session:
+        fitted = [q for q in list_questions(session, source="test") if q.external_id in FITTED]
+        record_outcomes(
+            session,
+            [
+                Outcome(
+                    question_id=q.id,
+                    revision=0,
+                    status=OutcomeStatus.RESOLVED,
+                    value=0.0,
+                    resolved_at=RESOLVED_AT,
+                )
+                for q in fitted
+            ],
+        )
+    backfill_rewards(make_context(engine, tmp_path, as_of=RESOLVED_AT))
+    ctx = make_context(
+        engine, tmp_path, as_of=RESOLVED_AT, validation_fraction=DEFAULT_VALIDATION_FRACTION
+    )
+    first = replay_and_train(ctx, "tiny", TrainOptions(config=TrainConfig(learning_rate=1e-6)))
+    assert first is not None and first.groups == len(FITTED)
+    gate = first.gate
+    assert gate is not None and first.status is VersionStatus.PROMOTED, gate
+    assert (gate.questions, gate.health_questions, gate.fit_questions) == (0, 3, len(FITTED))
+    assert gate.fit_ci == (0.0, 0.0)  # it still answers 0.5, as its parent did
+    assert "no resolved question" in gate.reason and "on 12 trained questions" in gate.reason
+
+    backwards = _register(
+        ctx, models["leaning"], parent=first.to_version, training_run_id=first.training_run_id
+    )
+    report = gate_version(ctx, "tiny", backwards, GATE)
+    assert report.status is VersionStatus.REJECTED, report.reason
+    assert "worse than parent v1 on the 12 questions it was trained on" in report.reason
+    assert report.fit_ci == pytest.approx((0.81 - 0.25, 0.81 - 0.25))
+    assert report.forecast == {"candidate": 3 + len(FITTED), "parent": 0}  # v1's gate kept both
+    assert _served(ctx) == first.to_version
