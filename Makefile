@@ -7,18 +7,24 @@ STAMP := $(VENV)/.installed-stamp
 TORCH := torch==2.13.0
 TEST_ARGS ?=
 
-.PHONY: install test demo lint services browser clean bench
+.PHONY: install constraints test demo lint services browser clean bench
 
 install: $(STAMP)
 
 # torch is installed first and pinned (a CPU wheel); the project's own `torch>=2.4` then
-# installs nothing more. The stamp makes re-runs instant until pyproject.toml changes.
-$(STAMP): pyproject.toml
+# installs nothing more. Every other package is installed at the version constraints.txt
+# names. The stamp makes re-runs instant until pyproject.toml or constraints.txt changes.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $(STAMP)
+
+# After a deliberate upgrade (pip install -U ... in the venv): write the venv's versions back.
+constraints: install
+	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v -i '^torch=='; } > constraints.new
+	mv constraints.new constraints.txt
 
 services:
 	bash infra/postgres/ensure.sh
