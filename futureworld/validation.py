@@ -113,8 +113,8 @@ class GateOptions:
     max_fit_increase: float = 0.0
     """The fit rule: reject when the lower end of the paired bootstrap interval of
     Brier(candidate) − Brier(parent) on the questions the update trained on is above this.
-    An update is fitted to those outcomes, so a candidate worse than its parent on them has
-    not learnt them but diverged; the rule needs no held-out outcome, so it judges an agent's
+    An update is fitted to those outcomes, so a candidate worse than its parent on them did
+    not learn from them (its update went astray); the rule needs no held-out outcome, so it judges an agent's
     first updates, whose few resolved held-out questions the Brier rule must wait for. It is
     lenient by construction (in-sample scores flatter the candidate) and says nothing about
     generalising, which the Brier rule judges. Demo seed 0 (a 10-day warm start) served a v3
@@ -387,7 +387,7 @@ def judge_candidate(
                 failed.append(
                     f"worse than {parent_name} on the {len(trained)} questions it was trained "
                     f"on, beyond the interval (lower end {fit_interval[0]:+.4f} > "
-                    f"{options.max_fit_increase:+.4f}): the update diverged"
+                    f"{options.max_fit_increase:+.4f})"
                 )
         else:
             fit_note += f" (fit rule needs {options.min_brier_questions} questions)"

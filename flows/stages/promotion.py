@@ -13,7 +13,7 @@ on, so an update has not learnt from it (a provisional estimator may have, which
 flatter the candidate's parse rate); the Brier rule, which needs outcomes, stays on the
 held-out slice. The fit rule scores the candidate, paired with its parent, on the resolved
 questions its own update trained on (GateOptions.max_trained): a version worse on the very
-outcomes it was fitted to has diverged, which needs no held-out outcome to see. Each is
+outcomes it was fitted to did not learn from them, which needs no held-out outcome to see. Each is
 forecast as of its own `info_cutoff_at`, so search sees only what
 was visible when the question was posed, by the rollout engine the predict stage runs (every
 question in flight at once), with the agent's generation settings and seeds that depend on
