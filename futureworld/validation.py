@@ -114,12 +114,12 @@ class GateOptions:
     """The fit rule: reject when the lower end of the paired bootstrap interval of
     Brier(candidate) − Brier(parent) on the questions the update trained on is above this.
     An update is fitted to those outcomes, so a candidate worse than its parent on them did
-    not learn from them (its update went astray); the rule needs no held-out outcome, so it judges an agent's
-    first updates, whose few resolved held-out questions the Brier rule must wait for. It is
-    lenient by construction (in-sample scores flatter the candidate) and says nothing about
-    generalising, which the Brier rule judges. Demo seed 0 (a 10-day warm start) served a v3
-    that turned its strongest cue's answer from 0.90 to 0.07 on 6 resolved held-out
-    questions, below the Brier rule's 10 (docs/results.md)."""
+    not learn from them (its update went astray); the rule needs no held-out outcome, so it
+    judges an agent's first updates, whose few resolved held-out questions the Brier rule
+    must wait for. It is lenient by construction (in-sample scores flatter the candidate)
+    and says nothing about generalising, which the Brier rule judges. Demo seed 0 (a 10-day
+    warm start) served a v3 that turned its strongest cue's answer from 0.90 to 0.07 on 6
+    resolved held-out questions, below the Brier rule's 10 (docs/results.md)."""
     level: float = 0.95
     """Confidence level of the paired bootstrap interval."""
     n_resamples: int = 1000
@@ -235,6 +235,29 @@ def _health_ids(outcomes: Mapping[int, float], health_ids: Sequence[int] | None)
     return sorted(set(outcomes) | set(health_ids or ()))
 
 
+def equal_counts(
+    candidate: Samples, parent: Samples, question_ids: Sequence[int]
+) -> tuple[dict[int, Sequence[float | None]], dict[int, Sequence[float | None]]]:
+    """Each of `question_ids`' samples on both sides cut to the smaller side's count (its
+    first ones), so that the two are compared on forecasts of the same precision.
+
+    A question's forecast is the mean of its k rollouts, and the expected Brier of such a mean
+    is (E p − y)² + Var(p)/k: with fewer rollouts a side is worse by Var(p)/k alone. The gate
+    forecasts a candidate with 4 rollouts a question while its parent's side is often its 8
+    stored rollouts from predict; uncut, the candidate would pay Var(p)/4 − Var(p)/8 on every
+    question: +0.0014 to +0.0016 at the demo's spread of a question's answers (Var(p) 0.011 to
+    0.013 over the 8-rollout groups of two runs), a bias toward rejection in the Brier and fit
+    rules that more questions do not remove.
+    """
+    cut_candidate: dict[int, Sequence[float | None]] = {}
+    cut_parent: dict[int, Sequence[float | None]] = {}
+    for question_id in question_ids:
+        mine, theirs = candidate[question_id], parent[question_id]
+        n = min(len(mine), len(theirs)) or max(len(mine), len(theirs))
+        cut_candidate[question_id], cut_parent[question_id] = mine[:n], theirs[:n]
+    return cut_candidate, cut_parent
+
+
 def parse_drop_interval(
     candidate: Samples,
     parent: Samples,
@@ -317,10 +340,13 @@ def judge_candidate(
       max_brier_increase, or the difference itself is > max_brier_point_increase;
     - fit, with at least min_brier_questions trained questions: the lower end of the same
       interval on `trained_outcomes` is > max_fit_increase.
+
+    Both sides are judged on as many rollouts of each question (`equal_counts`).
     """
     ids = _health_ids(outcomes, health_ids)
     if not ids:
         raise ValueError("a verdict needs at least one validation question")
+    candidate, parent = equal_counts(candidate, parent, [*ids, *(trained_outcomes or ())])
     mine = forecast_health(candidate, outcomes, options.extreme_margin, ids)
     theirs = forecast_health(parent, outcomes, options.extreme_margin, ids)
     failed: list[str] = []

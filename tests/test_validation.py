@@ -10,6 +10,7 @@ import pytest
 
 from futureworld.validation import (
     GateOptions,
+    equal_counts,
     forecast_health,
     is_held_out,
     judge_candidate,
@@ -286,3 +287,25 @@ def test_the_fit_rule_needs_as_many_questions_as_the_brier_rule_and_an_interval_
     assert maybe.promote
     with pytest.raises(ValueError, match="max_trained must be >= 0"):
         GateOptions(max_trained=-1)
+
+
+def test_both_sides_are_judged_on_as_many_rollouts_of_each_question() -> None:
+    """A parent with 8 stored rollouts against a candidate forecast 4 times: the comparison
+    takes the parent's first 4. Its last 4 (0.9 on questions that resolved YES) would have
+    made the parent 0.16 better on every question and rejected an equal candidate."""
+    yes = {q: 1.0 for q in range(12)}
+    parent = {q: (0.5,) * 4 + (0.9,) * 4 for q in yes}
+    candidate = {q: (0.5,) * 4 for q in yes}
+    verdict = judge_candidate(candidate, parent, yes, GateOptions())
+    assert verdict.promote, verdict.reason
+    assert verdict.brier_difference == 0.0 and verdict.parent.brier == 0.25
+    cut_candidate, cut_parent = equal_counts(candidate, parent, list(yes))
+    assert cut_parent[0] == (0.5,) * 4 and cut_candidate[0] == (0.5,) * 4
+    # Fewer on the parent's side: the candidate's are cut instead; a side with none keeps
+    # the other's (a question one side could not forecast at all stays as it was).
+    assert equal_counts({0: (0.1, 0.2, 0.3)}, {0: (0.4,)}, [0]) == ({0: (0.1,)}, {0: (0.4,)})
+    assert equal_counts({0: ()}, {0: (0.4, 0.5)}, [0]) == ({0: ()}, {0: (0.4, 0.5)})
+    trained = judge_candidate(
+        candidate, parent, {}, GateOptions(), health_ids=[0], trained_outcomes=yes
+    )
+    assert trained.promote and trained.fit_difference == 0.0

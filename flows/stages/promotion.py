@@ -20,7 +20,9 @@ question in flight at once), with the agent's generation settings and seeds that
 the question and sample only, so candidate and parent draw with common random numbers. The
 parent is scored on the same questions, paired: from its own stored validation forecasts,
 else its stored rollouts of the question (its first forecast made by then), else forecast the
-same way.
+same way; the rules compare each question on as many rollouts a side (futureworld.validation
+.equal_counts: the parent's 8 stored rollouts against the candidate's 4 would have favoured
+the parent by Var(p)/8 a question).
 
 Gate forecasts are never training data: they are not rollouts at all but kept on the version's
 row (policy_version.validation_forecasts: question id → each rollout's P(yes)), so neither
