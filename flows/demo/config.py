@@ -67,7 +67,8 @@ class DemoConfig:
     demonstrations. A larger warm start (10 days x 15 epochs) parses more of the round-0 panel
     on every seed (0.976-0.992 against 0.878-0.986) but was not adopted: on seed 0 its RL run
     forgot the highest cue within two updates (docs/results.md, "A larger warm start and a
-    bounded draw, on eight seeds")."""
+    bounded draw, on eight seeds"), and on the pinned install (constraints.txt) seed 0's warm
+    start of that size learnt no cue at all (panel Brier 0.403)."""
     sft_questions_per_day: int = 40
     sft_sharpening: float = 3.0
     """The reference's over-confidence: its log-odds are this multiple of the truth's."""

@@ -6,15 +6,16 @@ metrics and plots, and the policy learns: Brier and ECE on the held-out panel dr
 their paired bootstrap intervals (docs/results.md).
 
 The gate is off here (validation_fraction 0) because this is the claim about the update
-itself: every group trains and every version serves. `make demo` runs with the gate on, and on
-seed 0 it then improves ECE beyond its interval but not Brier (docs/results.md, "Eight seeds of
-the defaults, with the gate"); the gate's own behaviour is tested in tests/flows/test_promotion.py
-and, on a small research demo, in tests/flows/test_demo_research.py.
+itself: every group trains and every version serves. `make demo` runs with the gate on (its
+eight seeds: docs/results.md); the gate's own behaviour is tested in
+tests/flows/test_promotion.py and, on a small research demo, in
+tests/flows/test_demo_research.py.
 
 Calibration is learned from outcomes, and outcomes are noisy, so a run much smaller than this
-has too little to learn from to show it. On 2 idle CPU cores it takes about five and a half
-minutes; the run is deterministic (seeded sampling, fp32 updates on CPU), so the claim cannot
-flicker."""
+has too little to learn from to show it. On 2 idle CPU cores it takes about nine minutes. The
+run is deterministic for one install (constraints.txt) and one torch thread count (seeded
+sampling, fp32 updates on CPU), so the claim cannot flicker; another thread count sums in
+another order and is another draw of the same seed."""
 
 from __future__ import annotations
 
