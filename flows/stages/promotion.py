@@ -37,7 +37,7 @@ with GateError and the version stays a candidate: that is not a verdict on its f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -318,16 +318,9 @@ def _validation_set(
     yet; newest cut-off first, at most `options.max_unresolved`)."""
     with session_scope(ctx.engine) as session:
         held = held_out_question_ids(session, _slice(options.validation_fraction))
-        revealed = [
-            outcome
-            for qid, outcome in latest_outcomes(session, as_of=ctx.as_of).items()
-            if qid in held and outcome.status is OutcomeStatus.RESOLVED
-        ]
-        revealed.sort(key=lambda o: (o.resolved_at, o.question_id), reverse=True)
-        resolved = _binary_questions(session, revealed, ctx.as_of, options.max_questions)
+        resolved, outcomes = _resolved_among(session, held, ctx.as_of, options.max_questions)
         unresolved = open_binary_questions(session, as_of=ctx.as_of, limit=options.max_unresolved)
-    values = {o.question_id: float(o.value) for o in revealed if o.value is not None}
-    return resolved + unresolved, {q.id: values[q.id] for q in resolved if q.id is not None}
+    return resolved + unresolved, outcomes
 
 
 def _trained_set(
@@ -340,13 +333,21 @@ def _trained_set(
         return [], {}
     with session_scope(ctx.engine) as session:
         ids = trained_question_ids(session, candidate.training_run_id)
-        revealed = [
-            outcome
-            for qid, outcome in latest_outcomes(session, as_of=ctx.as_of).items()
-            if qid in ids and outcome.status is OutcomeStatus.RESOLVED
-        ]
-        revealed.sort(key=lambda o: (o.resolved_at, o.question_id), reverse=True)
-        chosen = _binary_questions(session, revealed, ctx.as_of, options.max_trained)
+        return _resolved_among(session, ids, ctx.as_of, options.max_trained)
+
+
+def _resolved_among(
+    session, ids: Collection[int], as_of: datetime, limit: int | None
+) -> tuple[list[Question], dict[int, float]]:
+    """The binary questions of `ids` whose outcome is revealed as resolved by `as_of`, the
+    most recently resolved first, at most `limit` (None: all), and their outcomes."""
+    revealed = [
+        outcome
+        for qid, outcome in latest_outcomes(session, as_of=as_of).items()
+        if qid in ids and outcome.status is OutcomeStatus.RESOLVED
+    ]
+    revealed.sort(key=lambda o: (o.resolved_at, o.question_id), reverse=True)
+    chosen = _binary_questions(session, revealed, as_of, limit)
     values = {o.question_id: float(o.value) for o in revealed if o.value is not None}
     return chosen, {q.id: values[q.id] for q in chosen if q.id is not None}
 

@@ -4,7 +4,7 @@ database (PREFECT_HOME and telemetry are pinned in tests/conftest.py)."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -94,14 +94,22 @@ def _scored_tiny_agent(db_url: str, data_dir: Path) -> None:
     engine.dispose()
 
 
-def resolve_every_question(engine: Engine) -> None:
-    """Resolve every stored question, alternately NO and YES, at RESOLVED_AT (three days
-    after CUTOFF): a stage sees these outcomes only in a context as of then or later."""
+def resolve_every_question(
+    engine: Engine, *, external_ids: Collection[str] | None = None, value: float | None = None
+) -> None:
+    """Resolve every stored question (or those of `external_ids`), alternately NO and YES (or
+    all `value`), at RESOLVED_AT (three days after CUTOFF): a stage sees these outcomes only
+    in a context as of then or later."""
     from futureworld.domain import Outcome, OutcomeStatus
     from storage.engine import session_scope
     from storage.repositories.questions import list_questions, record_outcomes
 
     with session_scope(engine) as session:
+        questions = [
+            q
+            for q in list_questions(session)
+            if external_ids is None or q.external_id in external_ids
+        ]
         record_outcomes(
             session,
             [
@@ -109,10 +117,10 @@ def resolve_every_question(engine: Engine) -> None:
                     question_id=q.id,
                     revision=0,
                     status=OutcomeStatus.RESOLVED,
-                    value=float(i % 2),
+                    value=float(i % 2) if value is None else value,
                     resolved_at=RESOLVED_AT,
                 )
-                for i, q in enumerate(list_questions(session))
+                for i, q in enumerate(questions)
             ],
         )
 

@@ -32,8 +32,6 @@ from flows.stages.train_options import TrainOptions
 from flows.stages.training import replay_and_train
 from futureworld.domain import (
     Agent,
-    Outcome,
-    OutcomeStatus,
     PolicyVersion,
     Question,
     VersionStatus,
@@ -49,7 +47,7 @@ from storage.repositories.agents import (
     register_policy_version,
     validation_forecasts,
 )
-from storage.repositories.questions import list_questions, record_outcomes, upsert_questions
+from storage.repositories.questions import upsert_questions
 from storage.repositories.training import held_out_question_ids, select_replay_batch
 from storage.tables import ReplayConsumptionRow, RolloutRow
 from tests.flows.conftest import (
@@ -393,21 +391,7 @@ def test_a_version_worse_on_the_questions_its_update_trained_on_is_rejected_befo
     _hedging_agent(engine, models)
     _questions(engine, FITTED + HELD_OUT[:3])
     predict(make_context(engine, tmp_path), "tiny", samples=2)
-    with session_scope(engine) as session:
-        fitted = [q for q in list_questions(session, source="test") if q.external_id in FITTED]
-        record_outcomes(
-            session,
-            [
-                Outcome(
-                    question_id=q.id,
-                    revision=0,
-                    status=OutcomeStatus.RESOLVED,
-                    value=0.0,
-                    resolved_at=RESOLVED_AT,
-                )
-                for q in fitted
-            ],
-        )
+    resolve_every_question(engine, external_ids=FITTED, value=0.0)
     backfill_rewards(make_context(engine, tmp_path, as_of=RESOLVED_AT))
     ctx = make_context(
         engine, tmp_path, as_of=RESOLVED_AT, validation_fraction=DEFAULT_VALIDATION_FRACTION
