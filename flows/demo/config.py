@@ -85,7 +85,10 @@ class DemoConfig:
     (`TrainOptions.kl_trail`), never older than the warm start; None: the warm start."""
     rl_draw_groups: int | None = None
     """Each update trains on at most this many groups drawn from those waiting
-    (`TrainOptions.draw_groups`); None: all of them."""
+    (`TrainOptions.draw_groups`); None: all of them. 40 ended the rejection streaks of seeds 4
+    and 5 (updates of up to 482 and 946 groups after a rejection; docs/results.md, "Eight
+    seeds of the defaults with the fit rule and equal rollout counts"); not yet the default,
+    as it is not measured on the other seeds."""
     rl_groups_per_step: int = 5
     """Whole groups per optimiser step: 5 questions × G = 8 = the 40 rollouts a step tuned
     with benchmarks/learning_curve.py (gradients accumulate over the step's rows)."""
