@@ -13,16 +13,16 @@ on, so an update has not learnt from it (a provisional estimator may have, which
 flatter the candidate's parse rate); the Brier rule, which needs outcomes, stays on the
 held-out slice. The fit rule scores the candidate, paired with its parent, on the resolved
 questions its own update trained on (GateOptions.max_trained): a version worse on the very
-outcomes it was fitted to did not learn from them, which needs no held-out outcome to see. Each is
-forecast as of its own `info_cutoff_at`, so search sees only what
-was visible when the question was posed, by the rollout engine the predict stage runs (every
-question in flight at once), with the agent's generation settings and seeds that depend on
-the question and sample only, so candidate and parent draw with common random numbers. The
-parent is scored on the same questions, paired: from its own stored validation forecasts,
-else its stored rollouts of the question (its first forecast made by then), else forecast the
-same way; the rules compare each question on as many rollouts a side (futureworld.validation
-.equal_counts: the parent's 8 stored rollouts against the candidate's 4 would have favoured
-the parent by Var(p)/8 a question).
+outcomes it was fitted to did not learn from them, which needs no held-out outcome to see.
+Each is forecast as of its own `info_cutoff_at`, so search sees only what was visible when
+the question was posed, by the rollout engine the predict stage runs (every question in
+flight at once), with the agent's generation settings and seeds that depend on the question
+and sample only, so candidate and parent draw with common random numbers where the gate
+forecasts both. The parent is scored on the same questions, paired: from its own stored
+validation forecasts, else its stored rollouts of the question (its first forecast made by
+then), else forecast the same way; the rules compare each question on as many rollouts a
+side (futureworld.validation.equal_counts: the parent's 8 stored rollouts against the
+candidate's 4 would have favoured the parent by Var(p)/8 a question).
 
 Gate forecasts are never training data: they are not rollouts at all but kept on the version's
 row (policy_version.validation_forecasts: question id → each rollout's P(yes)), so neither
@@ -328,7 +328,7 @@ def _trained_set(
 ) -> tuple[list[Question], dict[int, float]]:
     """The binary questions the candidate's update trained on whose outcome is revealed by
     `ctx.as_of`, the most recently resolved first (at most `options.max_trained`), and those
-    outcomes: what the fit rule scores. None for a version no update made."""
+    outcomes: what the fit rule scores; none for a version no update made."""
     if candidate.training_run_id is None or options.max_trained == 0:
         return [], {}
     with session_scope(ctx.engine) as session:
