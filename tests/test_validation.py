@@ -234,9 +234,7 @@ def _on(trained: dict[int, tuple[float, ...]]) -> dict[int, tuple[float, ...]]:
     return {**{q: (0.5, 0.5) for q in OPEN}, **trained}
 
 
-def test_a_version_worse_on_the_questions_it_was_trained_on_is_rejected_before_any_outcome() -> (
-    None
-):
+def test_a_version_worse_on_its_training_questions_is_rejected_before_held_out_outcomes() -> None:
     """No held-out outcome yet (the Brier rule waits), healthy answers everywhere: the fit
     rule alone rejects a candidate that answers its training questions backwards."""
     parent = _on({q: (0.3, 0.4) if y == 0 else (0.6, 0.7) for q, y in TRAINED.items()})

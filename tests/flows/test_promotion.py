@@ -30,12 +30,7 @@ from flows.stages.promotion import (
 )
 from flows.stages.train_options import TrainOptions
 from flows.stages.training import replay_and_train
-from futureworld.domain import (
-    Agent,
-    PolicyVersion,
-    Question,
-    VersionStatus,
-)
+from futureworld.domain import Agent, PolicyVersion, Question, VersionStatus
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.config import TrainConfig
 from futureworld.validation import DEFAULT_VALIDATION_FRACTION, GateOptions, is_held_out
@@ -381,7 +376,7 @@ FITTED = [f"v{i}" for i in range(400) if not is_held_out("test", f"v{i}")][:12]
 """Twelve questions outside the validation slice: what an update trains on."""
 
 
-def test_a_version_worse_on_the_questions_its_update_trained_on_is_rejected_before_any_outcome(
+def test_the_fit_rule_rejects_a_version_worse_on_its_runs_questions_before_held_out_outcomes(
     engine: Engine, tmp_path: Path, models: dict[str, Path]
 ) -> None:
     """The path that runs: replay_and_train's gate scores the candidate, paired with its
