@@ -380,12 +380,11 @@ def judge_candidate(
     if mine.brier is None or theirs.brier is None:
         brier_note = "no resolved question: the Brier rule waits for outcomes"
     else:
-        difference = mine.brier - theirs.brier
+        difference, interval = _paired_brier(candidate, parent, outcomes, options)
         brier_note = (
             f"Brier {mine.brier:.4f} vs {parent_name} {theirs.brier:.4f} ({difference:+.4f}"
         )
-        if len(outcomes) >= options.min_brier_questions:
-            interval = _paired_brier_interval(candidate, parent, outcomes, options)
+        if interval is not None:
             brier_note += f", {options.level:.0%} CI [{interval[0]:+.4f}, {interval[1]:+.4f}])"
             if interval[0] > options.max_brier_increase:
                 failed.append(
@@ -404,10 +403,9 @@ def judge_candidate(
     fit_difference = 0.0
     fit_interval: tuple[float, float] | None = None
     if trained:
-        fit_difference = _question_brier(candidate, trained) - _question_brier(parent, trained)
+        fit_difference, fit_interval = _paired_brier(candidate, parent, trained, options)
         fit_note = f"; fit {fit_difference:+.4f}"
-        if len(trained) >= options.min_brier_questions:
-            fit_interval = _paired_brier_interval(candidate, parent, trained, options)
+        if fit_interval is not None:
             fit_note += f" [{fit_interval[0]:+.4f}, {fit_interval[1]:+.4f}]"
             if fit_interval[0] > options.max_fit_increase:
                 failed.append(
@@ -443,17 +441,21 @@ def _question_brier(samples: Samples, outcomes: Mapping[int, float]) -> float:
     return brier([question_forecast(samples[q])[0] for q in outcomes], list(outcomes.values()))
 
 
-def _paired_brier_interval(
+def _paired_brier(
     candidate: Samples, parent: Samples, outcomes: Mapping[int, float], options: GateOptions
-) -> tuple[float, float]:
-    """The `level` percentile interval of Brier(candidate) − Brier(parent) on `outcomes`'
-    questions, resampling questions with each question's forecast fixed."""
+) -> tuple[float, tuple[float, float] | None]:
+    """Brier(candidate) − Brier(parent) on `outcomes`' questions and its `level` percentile
+    interval, resampling questions with each question's forecast fixed; no interval below
+    `options.min_brier_questions` questions (the rules that use it wait for more)."""
+    difference = _question_brier(candidate, outcomes) - _question_brier(parent, outcomes)
+    if len(outcomes) < options.min_brier_questions:
+        return difference, None
     resolved = sorted(outcomes)
     rows = {
         side: [(q, question_forecast(samples[q])[0], outcomes[q]) for q in resolved]
         for side, samples in (("candidate", candidate), ("parent", parent))
     }
-    return paired_bootstrap_difference(
+    interval = paired_bootstrap_difference(
         rows["parent"],
         rows["candidate"],
         brier,
@@ -461,3 +463,4 @@ def _paired_brier_interval(
         level=options.level,
         seed=options.seed,
     ).ci
+    return difference, interval
