@@ -123,11 +123,24 @@ class DemoConfig:
     of an "<entity> <event>" query, so they rank first unless another question shares its
     entity and event; every result lengthens the sequences the warm start and each update
     forward (on 2 cores the warm start's cost is the sequences' length)."""
+    research_sft_days: int = 20
+    """Days of the reference researcher's rollouts the research warm start learns: 20 x 40 =
+    800 demonstrations. Copying the question's entity and event into a query is what a tiny
+    model learns last: 200 demonstrations teach the tool-call format but no query that finds
+    the evidence (0.00 of the panel's rollouts on seed 0); 800 find it on 0.16-0.23
+    (benchmarks/research_warm_start.py; docs/results.md, "The research warm start")."""
+    research_drill_days: int = 0
+    """Days of further questions whose reference rollouts the research warm start learns only
+    the first turn of (`researcher.first_turn`: the prompt and the search or answer, without
+    the observation): cheap rows that teach the query, which the whole demonstrations teach
+    one token in a hundred."""
     research_sft_epochs: int = 10
     """Warm-start epochs on the research demonstrations (their rows are ~5x the brief one-turn
     rows, so the brief demo's epochs on them would cost ~5x its warm start)."""
     research_sft_learning_rate: float = 2e-3
     """The research warm start's learning rate: few epochs on long rows, so a larger step."""
+    research_sft_groups_per_step: int = 4
+    """Demonstrations per optimiser step of the research warm start."""
     research_panel_questions: int = 480
     """Held-out research-panel questions, one sample each. Multi-turn panel rollouts cost
     about three times a one-turn forecast's tokens and each reads a corpus of about 2000
@@ -240,7 +253,7 @@ class DemoConfig:
                 else self.sft_learning_rate,
                 ppo_epochs=self.research_sft_epochs if self.research else self.sft_epochs,
                 micro_batch_tokens=2048,
-                groups_per_step=4,
+                groups_per_step=self.research_sft_groups_per_step if self.research else 4,
             )
         )
 

@@ -166,7 +166,10 @@ class ScriptedResearcher:
         noise = rng.gauss(0.0, policy.noise_logit)
         if turn == 0 and searches:
             query = question.entity if poor else f"{question.entity} {question.event}"
-            return f"<search>{query}</search>"
+            # A leading space (the parser strips it): a byte-level BPE token for " Lorne" after
+            # "Will" is another id than "Lorne" after ">", so without it the learner would have
+            # to learn each name's second id; with it, copying the question's ids is the query.
+            return f"<search> {query}</search>"
         if turn == 1 and opens:
             results = context.rsplit("Search results for:", 1)
             top = _ARTICLE_ID.search(results[-1]) if len(results) == 2 else None
@@ -230,6 +233,20 @@ def research_demonstrations(
     groups: dict[int, Trajectory] = {}
     engine.run(jobs, lambda job, group: groups.__setitem__(job.question.id, group[0]))
     return [groups[q.id] for _, q in questions if q.id is not None]
+
+
+def first_turn(trajectory: Trajectory) -> Trajectory:
+    """The rollout up to the end of its first action: the prompt and the tokens the policy
+    generated in its first turn (the observation that followed is left out). A supervised
+    loss on it equals the loss on those tokens of the whole rollout."""
+    end = trajectory.turns[0].token_end
+    return replace(
+        trajectory,
+        completion_token_ids=trajectory.completion_token_ids[:end],
+        loss_mask=trajectory.loss_mask[:end],
+        behaviour_logprobs=trajectory.behaviour_logprobs[:end],
+        turns=trajectory.turns[:1],
+    )
 
 
 def tokenizer_texts(

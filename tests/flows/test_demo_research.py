@@ -20,6 +20,7 @@ from flows.demo.research_panel import (
 from flows.demo.researcher import (
     ResearcherPolicy,
     ScriptedResearcher,
+    first_turn,
     research_demonstrations,
     tokenizer_texts,
     warm_start_questions,
@@ -95,6 +96,33 @@ def test_a_demonstration_is_the_loops_own_tokens_for_the_references_actions(warm
     assert kinds == {ActionKind.SEARCH, ActionKind.OPEN, ActionKind.ANSWER}
 
 
+def test_a_first_turn_drill_is_its_rollout_cut_after_the_first_action(warm) -> None:
+    world, questions, tokenizer = warm
+    policy = ResearcherPolicy(search_rate=0.8)
+    demonstrations = research_demonstrations(tokenizer, world, questions, SETTINGS, policy, seed=5)
+    searched = 0
+    for (_, question), demo in zip(questions, demonstrations, strict=True):
+        drill = first_turn(demo)
+        action = demo.turns[0].text
+        action_ids = tokenizer.encode(action, add_special_tokens=False)
+        assert drill.prompt_token_ids == demo.prompt_token_ids
+        assert list(drill.completion_token_ids) == action_ids
+        assert drill.loss_mask == (1,) * len(action_ids)
+        assert drill.turns == demo.turns[:1]
+        if parse_action(action).kind is ActionKind.SEARCH:
+            searched += 1
+            # The query is the question's own entity (and event), as token ids of the title.
+            query = parse_action(action).argument
+            title = question.title.removeprefix("Will ")
+            assert title.startswith(query)
+            assert tokenizer.encode(" " + query, add_special_tokens=False) == action_ids[1:-1]
+            assert (
+                list(drill.completion_token_ids[1:-1])
+                == tokenizer.encode(" " + title, add_special_tokens=False)[: len(action_ids) - 2]
+            )
+    assert searched > 0
+
+
 def test_no_observation_shows_an_article_published_after_the_rollouts_as_of(warm) -> None:
     _, _, tokenizer = warm
     panel = build_research_panel(7, 60, 20, max_horizon_days=2)
@@ -153,7 +181,7 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
         questions_per_day=10,
         samples=4,
         research_panel_questions=60,
-        sft_days=2,
+        research_sft_days=2,
         report_to=ReportTo.TENSORBOARD,
     )
     result = run_demo(config)

@@ -1,0 +1,171 @@
+"""The research demo's warm start alone, on several seeds and sizes: whether the tiny model
+learns to research from the reference's demonstrations before any RL.
+
+Each (seed, size) trains the demo's tiny model from scratch on the research demonstrations
+(flows.demo.warm_start with `DemoConfig(research=True)`, the code `make demo` runs) and lets
+it research the demo's held-out research panel once per question, exactly as round 0 does
+(flows.demo.rounds.score_research_round). It prints the rates RL starts from: first-turn tool
+calls, searches, rollouts whose observations hold their question's evidence, answers parsed,
+and Brier against the informed and uninformed floors.
+
+    .venv/bin/python benchmarks/research_warm_start.py --seeds 0-2 --sizes 5x10,20x4
+
+A size is `days x epochs`, optionally `@width x layers` (`20x4@96x2`). Seconds are wall time
+on whatever the machine is doing: compare sizes within one invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from flows.context import build_context, open_engine
+from flows.demo.config import LEARNER, DemoConfig
+from flows.demo.panel import CYCLE_HOUR
+from flows.demo.research_panel import build_research_panel, forecast_research_panel
+from flows.demo.rounds import round_policy, score_research_round
+from flows.demo.warm_start import warm_start
+from flows.settings import Settings
+from futureworld.agent.parsing import ActionKind
+from futureworld.policy.loading import load_backend
+from futureworld.scoring import brier
+from futureworld.world import World
+
+
+def measure(config: DemoConfig, work: Path) -> dict[str, object]:
+    """One research warm start of `config` and its round-0 research-panel rates."""
+    state = work / "state"
+    state.mkdir(parents=True)
+    world = World(
+        config.world_config(
+            seed=config.seed,
+            questions_per_day=config.questions_per_day,
+            max_horizon_days=config.max_horizon_days,
+        )
+    )
+    at = world.day_start(0) + timedelta(hours=CYCLE_HOUR)
+    settings = Settings(data_dir=state, db_url=f"sqlite:///{state / 'demo.db'}")
+    started = time.perf_counter()
+    demonstrations = warm_start(config, settings, as_of=at)
+    warm_s = time.perf_counter() - started
+    engine = open_engine(settings)
+    ctx = build_context(settings, engine, as_of=at)
+    panel = build_research_panel(
+        config.seed,
+        config.research_panel_questions,
+        config.questions_per_day,
+        max_horizon_days=config.max_horizon_days,
+    )
+    started = time.perf_counter()
+    scores = score_research_round(round_policy(ctx, LEARNER), panel, 0, config)
+    panel_s = time.perf_counter() - started
+    copies = query_copies(ctx, panel, config)
+    engine.dispose()
+    score = scores.score
+    informed = [panel.questions[n].p_informed for n in score.question]
+    return {
+        "seed": config.seed,
+        "days": config.research_sft_days,
+        "drill_days": config.research_drill_days,
+        "epochs": config.research_sft_epochs,
+        "width": config.hidden_size,
+        "layers": config.layers,
+        "demonstrations": len(demonstrations),
+        "first_turn_tool_rate": round(scores.first_turn_tool_rate, 4),
+        "search_rate": round(scores.search_rate, 4),
+        "evidence_rate": round(scores.evidence_rate, 4),
+        **copies,
+        "parse_rate": round(score.parse_rate, 4),
+        "brier": round(brier(score.p_yes, score.y), 4) if score.p_yes else None,
+        "informed_floor": round(brier(informed, score.y), 4) if score.y else None,
+        "uninformed_floor": round(scores.uninformed_brier, 4),
+        "warm_start_s": round(warm_s, 1),
+        "panel_s": round(panel_s, 1),
+    }
+
+
+def query_copies(ctx, panel, config: DemoConfig) -> dict[str, object]:
+    """How the warm start's first searches on the panel relate to their question's title:
+    the share of them that are words of the title (copied), that open with the title's
+    entity (its first two words after "Will"), and a few examples."""
+    spec, generation, version = round_policy(ctx, LEARNER)
+    groups = forecast_research_panel(
+        load_backend(spec), generation, panel, policy_version=version, samples=1, seed=config.seed
+    )
+    searches = copied = entity = 0
+    examples = []
+    for item, group in zip(panel.questions, groups, strict=True):
+        title = item.question.title.removeprefix("Will ")
+        for trajectory in group:
+            query = next(
+                (t.tool_args for t in trajectory.turns if t.tool_name == ActionKind.SEARCH), None
+            )
+            if query is None:
+                continue
+            searches += 1
+            copied += query in title
+            entity += query.split()[:2] == title.split()[:2]
+            if len(examples) < 4:
+                examples.append(f"{title} | {query}")
+    return {
+        "query_copied": round(copied / max(searches, 1), 4),
+        "query_entity": round(entity / max(searches, 1), 4),
+        "query_examples": examples,
+    }
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        first, last = text.split("-")
+        return list(range(int(first), int(last) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def _sizes(text: str) -> list[dict[str, int]]:
+    sizes = []
+    for size in text.split(","):
+        run, _, model = size.partition("@")
+        days, epochs = (int(x) for x in run.split("x"))
+        fields = {"research_sft_days": days, "research_sft_epochs": epochs}
+        if model:
+            width, layers = (int(x) for x in model.split("x"))
+            fields |= {"hidden_size": width, "layers": layers}
+        sizes.append(fields)
+    return sizes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0-2", help="e.g. 0-7 or 0,3,5")
+    parser.add_argument("--sizes", default="5x10", help="days x epochs[@width x layers], ...")
+    parser.add_argument("--panel", type=int, default=DemoConfig.research_panel_questions)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="any other DemoConfig field (numbers), e.g. research_search_rate=0.8",
+    )
+    parser.add_argument("--out", type=Path, default=Path("reports/research_warm_start.json"))
+    args = parser.parse_args()
+    extra = {k: float(v) if "." in v else int(v) for k, v in (s.split("=") for s in args.set)}
+    rows = []
+    for size in _sizes(args.sizes):
+        for seed in _seeds(args.seeds):
+            config = DemoConfig(
+                research=True, seed=seed, research_panel_questions=args.panel, **size, **extra
+            )
+            with tempfile.TemporaryDirectory() as work:
+                row = measure(config, Path(work))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
