@@ -210,7 +210,8 @@ class DemoConfig:
     @property
     def generation(self) -> GenerationSettings:
         """The learner's sampling: one brief turn, a short answer; on the research world
-        `research_max_turns` brief turns of `research_max_new_tokens` each."""
+        `research_max_turns` brief turns of `research_max_new_tokens` each, with a belief
+        elicited after each tool turn when the estimator credits turns by it."""
         if self.research:
             return GenerationSettings(
                 temperature=self.temperature,
@@ -219,6 +220,7 @@ class DemoConfig:
                 max_total_tokens=1024,
                 search_k=self.research_search_k,
                 brief_prompt=True,
+                elicit_beliefs=self.estimator.credits_turns,
                 seed=self.seed,
             )
         return GenerationSettings(

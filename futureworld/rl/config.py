@@ -48,6 +48,12 @@ class Estimator(StrEnum):
         (flows.stages.provisional)."""
         return self in (Estimator.PROVISIONAL_CONSENSUS, Estimator.SIOP)
 
+    @property
+    def credits_turns(self) -> bool:
+        """Whether it credits each turn by the belief elicited after it, so rollouts must be
+        generated with GenerationSettings.elicit_beliefs (a turn without one counts as 0.5)."""
+        return self in (Estimator.FORECAST_INFO_GAIN, Estimator.SIOP)
+
 
 DEFAULT_ESTIMATOR = Estimator.DR_GRPO
 """The estimator an update uses unless told otherwise (ARCHITECTURE §6)."""

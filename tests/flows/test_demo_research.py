@@ -33,6 +33,7 @@ from futureworld.agent.parsing import ActionKind, parse_action
 from futureworld.agent.prompts import encode_prompt, observation_frame
 from futureworld.domain import GenerationSettings
 from futureworld.policy.tiny import train_tokenizer
+from futureworld.rl.config import Estimator
 from futureworld.world import World, WorldConfig
 
 SETTINGS = DemoConfig(research=True).generation
@@ -52,6 +53,15 @@ def test_research_is_off_by_default_and_the_default_demo_keeps_its_settings() ->
         DemoConfig(research=True, kinds=("binary", "choice"))
     with pytest.raises(ValueError, match="validation_fraction"):
         DemoConfig(validation_fraction=1.0)
+
+
+def test_the_research_demo_elicits_beliefs_for_the_estimators_that_credit_turns() -> None:
+    turn_credit = {e for e in Estimator if e.credits_turns}
+    assert turn_credit == {Estimator.FORECAST_INFO_GAIN, Estimator.SIOP}
+    for estimator in Estimator:
+        research = DemoConfig(research=True, estimator=estimator).generation
+        assert research.elicit_beliefs is (estimator in turn_credit)
+        assert not DemoConfig(estimator=estimator).generation.elicit_beliefs
 
 
 @pytest.fixture(scope="module")
