@@ -28,16 +28,16 @@ WARM_START_VERSION = 1
 class DemoConfig:
     """What the demo runs; the defaults are `make demo`'s (research off).
 
-    Model size, research on: the research demo keeps the 64-wide, 2-layer model. Its warm
-    start's cost is the demonstrations' length (prompt, search results and opened articles
-    are forwarded, ~5x a brief one-turn row), so on 2 shared cores a larger model or more
-    epochs did not fit the time budget. At this size, 80 demonstrations x 10 epochs teach the
-    tool-call format (first-turn tool calls 0.67 on the panel vs the demonstrations' 0.75,
-    seed 0), but not yet to copy the question's entity and event into the query: the
-    warm-started model's queries name plausible entities of its own, and its searches find
-    the question's evidence on almost none of the panel's rollouts (0.00, 0.03, 0.03 on seeds
-    0..2: 3 rounds, 10 questions/day, G 4, 80 demonstrations, panel 60). Research stays off
-    by default until the warm start teaches the query as well as the format.
+    Model size, research on: the research demo keeps the 64-wide, 2-layer model; 128 wide
+    learnt no better query on the same demonstrations (evidence found 0.19 against 0.21,
+    seed 0). What the warm start must teach last is the query: copying the question's entity
+    (a name of 30 stems) and event into the search. Its warm start is 20 days of whole
+    demonstrations plus 80 days of first-turn drills (`research_drill_days`), 16 a step at
+    lr 4e-3: on seed 0 its searches find the question's evidence on 0.39 of the panel's
+    rollouts against 0.00 with 200 whole demonstrations and 0.07-0.21 with 800
+    (benchmarks/research_warm_start.py; docs/results.md, "The research warm start"). Its
+    queries copy the stem, but the suffix is often another topic's (0.18 of them are the
+    title's words exactly). Research stays off by default: RL on it is measured in the docs.
     """
 
     out_dir: Path = Path("reports/demo")
@@ -129,7 +129,7 @@ class DemoConfig:
     model learns last: 200 demonstrations teach the tool-call format but no query that finds
     the evidence (0.00 of the panel's rollouts on seed 0); 800 find it on 0.16-0.23
     (benchmarks/research_warm_start.py; docs/results.md, "The research warm start")."""
-    research_drill_days: int = 0
+    research_drill_days: int = 80
     """Days of further questions whose reference rollouts the research warm start learns only
     the first turn of (`researcher.first_turn`: the prompt and the search or answer, without
     the observation): cheap rows that teach the query, which the whole demonstrations teach
@@ -137,10 +137,10 @@ class DemoConfig:
     research_sft_epochs: int = 10
     """Warm-start epochs on the research demonstrations (their rows are ~5x the brief one-turn
     rows, so the brief demo's epochs on them would cost ~5x its warm start)."""
-    research_sft_learning_rate: float = 2e-3
-    """The research warm start's learning rate: few epochs on long rows, so a larger step."""
-    research_sft_groups_per_step: int = 4
-    """Demonstrations per optimiser step of the research warm start."""
+    research_sft_learning_rate: float = 4e-3
+    """The research warm start's learning rate: few epochs, 16 rows a step, so a larger step."""
+    research_sft_groups_per_step: int = 16
+    """Demonstrations (whole or drills) per optimiser step of the research warm start."""
     research_panel_questions: int = 480
     """Held-out research-panel questions, one sample each. Multi-turn panel rollouts cost
     about three times a one-turn forecast's tokens and each reads a corpus of about 2000

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from flows.demo.config import DemoConfig
+from flows.context import open_engine
+from flows.demo.config import LEARNER, DemoConfig
 from flows.demo.research_panel import (
     build_research_panel,
     forecast_research_panel,
@@ -27,6 +28,8 @@ from flows.demo.researcher import (
     world_corpus,
 )
 from flows.demo.run import run_demo
+from flows.demo.warm_start import warm_start
+from flows.settings import Settings
 from flows.tracking import ReportTo
 from futureworld.agent.loop import run_tool
 from futureworld.agent.parsing import ActionKind, parse_action
@@ -35,6 +38,9 @@ from futureworld.domain import GenerationSettings
 from futureworld.policy.tiny import train_tokenizer
 from futureworld.rl.config import Estimator
 from futureworld.world import World, WorldConfig
+from storage.engine import session_scope
+from storage.repositories.agents import get_agent
+from storage.repositories.training import agent_train_steps, training_run_statuses
 
 SETTINGS = DemoConfig(research=True).generation
 
@@ -191,7 +197,12 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
         questions_per_day=10,
         samples=4,
         research_panel_questions=60,
+        # 80 whole demonstrations, 4 a step at the smaller rate: the steps the format needs
+        # at this size (drills are tested on the warm start's own path below)
         research_sft_days=2,
+        research_drill_days=0,
+        research_sft_groups_per_step=4,
+        research_sft_learning_rate=2e-3,
         report_to=ReportTo.TENSORBOARD,
     )
     result = run_demo(config)
@@ -238,3 +249,34 @@ def _events(run_dir):
     events = event_accumulator.EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     events.Reload()
     return events
+
+
+def test_the_research_warm_start_trains_on_whole_demonstrations_then_first_turn_drills(
+    tmp_path,
+) -> None:
+    config = DemoConfig(
+        research=True,
+        research_sft_days=1,
+        research_drill_days=1,
+        research_sft_epochs=1,
+        sft_questions_per_day=12,
+        out_dir=tmp_path,
+    )
+    settings = Settings(data_dir=tmp_path, db_url=f"sqlite:///{tmp_path / 'demo.db'}")
+    world = World(config.world_config(seed=config.seed + 10_000, questions_per_day=12))
+    demonstrations = warm_start(config, settings, as_of=world.day_start(0))
+    assert len(demonstrations) == 24
+    whole, drills = demonstrations[:12], demonstrations[12:]
+    searched = [d for d in whole if d.turns[0].tool_name == ActionKind.SEARCH]
+    assert searched and all(len(d.turns) >= 3 and d.p_yes is not None for d in searched)
+    assert all(len(d.turns) == 1 and all(d.loss_mask) for d in drills)
+    assert any(d.turns[0].tool_name == ActionKind.SEARCH for d in drills)
+    engine = open_engine(settings)
+    with session_scope(engine) as session:
+        learner = get_agent(session, LEARNER).id or 0
+        statuses = training_run_statuses(session, learner)
+        steps = agent_train_steps(session, learner)
+    engine.dispose()
+    assert list(statuses.values()) == ["completed"]
+    # 16 demonstrations a step: the 24 take 2 steps (the 12 whole ones alone would take 1)
+    assert steps == 2
