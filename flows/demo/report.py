@@ -26,7 +26,7 @@ from pathlib import Path
 from flows.context import PipelineContext
 from flows.demo.kind_scores import KIND_PANELS, KindPanelScore
 from flows.demo.panel import PanelScore
-from flows.demo.research_panel import ResearchRound
+from flows.demo.research_panel import ResearchPath, ResearchRound
 from flows.stages.evaluating import forecast_records
 from futureworld.plots import plot_metric_by_round, plot_reliability
 from futureworld.scoring import (
@@ -324,7 +324,8 @@ class RoundLog:
         if research is not None:
             line += (
                 f"  searched {research.search_rate:.2f}  evidence {research.evidence_rate:.2f}  "
-                f"turns {research.turns_per_rollout:.2f}"
+                f"turns {research.turns_per_rollout:.2f}  Brier found/missed/none "
+                + "/".join(f"{research.path_brier(p):.3f}" for p in ResearchPath)
             )
         with self._path.open("a") as log:
             log.write(line + "\n")

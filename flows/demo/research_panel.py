@@ -13,8 +13,9 @@ rollout's observations can be checked for them. Seeds as in flows.demo.panel: th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from sqlalchemy.orm import Session
 
@@ -23,7 +24,7 @@ from flows.demo.panel import panel_world as demo_panel_world
 from flows.demo.researcher import world_corpus
 from futureworld.agent.parsing import ActionKind
 from futureworld.agent.tools import InMemoryCorpus
-from futureworld.domain import GenerationSettings, Question, Trajectory
+from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajectory
 from futureworld.policy.base import PolicyBackend
 from futureworld.scoring import brier
 from futureworld.world import ArticleKind, World, WorldConfig
@@ -32,6 +33,25 @@ from storage.repositories.questions import list_questions
 from storage.repositories.rollouts import rollouts_for
 
 TOOLS = (ActionKind.SEARCH, ActionKind.OPEN)
+
+
+class ResearchPath(StrEnum):
+    """What a rollout's research came to, for its question."""
+
+    FOUND = "found"
+    """It searched and its observations hold one of its question's evidence articles."""
+    MISSED = "missed"
+    """It searched (or opened) and saw none of its question's evidence."""
+    UNSEARCHED = "unsearched"
+    """It made no tool call."""
+
+
+def research_path(trajectory: Trajectory, evidence_ids: frozenset[int]) -> ResearchPath:
+    if seen_article_ids(trajectory) & evidence_ids:
+        return ResearchPath.FOUND
+    if any(t.tool_name in TOOLS for t in trajectory.turns if t.role == "assistant"):
+        return ResearchPath.MISSED
+    return ResearchPath.UNSEARCHED
 
 
 @dataclass(frozen=True)
@@ -70,6 +90,15 @@ class ResearchRound:
     generated_tokens: int
     uninformed_brier: float
     """Brier of the prior mean on the questions that parsed (the uninformed floor)."""
+    path_errors: dict[ResearchPath, tuple[float, int]] = field(default_factory=dict)
+    """Per research path: the summed squared error of its answered rollouts, and their count
+    (whether reading what it found pays: a policy that finds evidence and misreads it is
+    rightly taught to stop searching)."""
+
+    def path_brier(self, path: ResearchPath) -> float:
+        """Brier of the answered rollouts that took `path` (per rollout; NaN with none)."""
+        total, n = self.path_errors.get(path, (0.0, 0))
+        return total / n if n else float("nan")
 
     @property
     def search_rate(self) -> float:
@@ -187,6 +216,7 @@ def score_research_panel(
         policy_version=policy_version,
     )
     searched = found = first_tool = turns = tokens = rollouts = 0
+    errors: dict[ResearchPath, tuple[float, int]] = {}
     for item, group in zip(panel.questions, groups, strict=True):
         for trajectory in group:
             rollouts += 1
@@ -195,7 +225,11 @@ def score_research_panel(
             tokens += sum(trajectory.loss_mask)
             searched += any(t.tool_name == ActionKind.SEARCH for t in mine)
             first_tool += bool(mine) and mine[0].tool_name in TOOLS
-            found += bool(seen_article_ids(trajectory) & item.evidence_ids)
+            path = research_path(trajectory, item.evidence_ids)
+            found += path is ResearchPath.FOUND
+            if trajectory.p_yes is not None and trajectory.parse_status is ParseStatus.OK:
+                total, n = errors.get(path, (0.0, 0))
+                errors[path] = (total + (trajectory.p_yes - item.outcome) ** 2, n + 1)
     prior = [panel.questions[n].p_uninformed for n in score.question]
     uninformed = brier(prior, score.y) if score.y else float("nan")
     return ResearchRound(
@@ -207,6 +241,7 @@ def score_research_panel(
         assistant_turns=turns,
         generated_tokens=tokens,
         uninformed_brier=uninformed,
+        path_errors=errors,
     )
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flows.demo.research_panel import LiveResearch, ResearchRound
+from flows.demo.research_panel import LiveResearch, ResearchPath, ResearchRound
 from futureworld.plots import plot_metric_by_round
 from futureworld.scoring import brier
 
@@ -35,6 +35,12 @@ class ResearchRoundMetrics:
     """The informed floor on the same (parsed) questions: the posterior given all evidence."""
     uninformed_brier: float
     """The uninformed floor: the prior mean."""
+    found_brier: float
+    """Brier of the answered rollouts that found their question's evidence (NaN: none)."""
+    missed_brier: float
+    """... that searched or opened and saw none of it."""
+    unsearched_brier: float
+    """... that made no tool call."""
     gap_closed: float
     """(Brier of round 0 − this round's) / (Brier of round 0 − round 0's informed floor):
     the share of the warm start's distance to the informed floor that RL has closed."""
@@ -80,6 +86,9 @@ def research_summary(
                 brier=round_brier,
                 informed_brier=brier(s.p_true, s.y) if s.p_yes else NAN,
                 uninformed_brier=r.uninformed_brier,
+                found_brier=r.path_brier(ResearchPath.FOUND),
+                missed_brier=r.path_brier(ResearchPath.MISSED),
+                unsearched_brier=r.path_brier(ResearchPath.UNSEARCHED),
                 gap_closed=(start_brier - round_brier) / start_gap if start_gap > 0 else NAN,
                 **_live_rates(live_of.get(s.round)),
             )
@@ -147,9 +156,9 @@ def research_report(summary: ResearchSummary, out_dir: Path) -> tuple[str, dict[
         f"{summary.demonstration_search_rate:.2f}.",
         "",
         "| round | version | searched | found evidence | first turn tool | turns | tokens | "
-        "parsed | Brier | informed floor | uninformed floor | gap closed | live searched | "
-        "live found evidence (n) |",
-        "|---" * 14 + "|",
+        "parsed | Brier | informed floor | uninformed floor | gap closed | Brier found / "
+        "missed / no search | live searched | live found evidence (n) |",
+        "|---" * 15 + "|",
     ]
     for m in rows:
         live = (
@@ -162,7 +171,7 @@ def research_report(summary: ResearchSummary, out_dir: Path) -> tuple[str, dict[
             f"{m.first_turn_tool_rate:.2f} | {m.turns_per_rollout:.2f} | "
             f"{m.tokens_per_rollout:.1f} | {m.parse_rate:.2f} | {m.brier:.4f} | "
             f"{m.informed_brier:.4f} | {m.uninformed_brier:.4f} | {m.gap_closed:+.2f} | "
-            f"{live} |"
+            f"{m.found_brier:.3f} / {m.missed_brier:.3f} / {m.unsearched_brier:.3f} | {live} |"
         )
     lines += [
         "",

@@ -13,9 +13,11 @@ import pytest
 from flows.context import open_engine
 from flows.demo.config import LEARNER, DemoConfig
 from flows.demo.research_panel import (
+    ResearchPath,
     build_research_panel,
     forecast_research_panel,
     panel_world,
+    research_path,
     seen_article_ids,
 )
 from flows.demo.researcher import (
@@ -34,7 +36,7 @@ from flows.tracking import ReportTo
 from futureworld.agent.loop import run_tool
 from futureworld.agent.parsing import ActionKind, parse_action
 from futureworld.agent.prompts import encode_prompt, observation_frame
-from futureworld.domain import GenerationSettings
+from futureworld.domain import GenerationSettings, Trajectory, Turn
 from futureworld.policy.tiny import train_tokenizer
 from futureworld.rl.config import Estimator
 from futureworld.world import World, WorldConfig
@@ -68,6 +70,27 @@ def test_the_research_demo_elicits_beliefs_for_the_estimators_that_credit_turns(
         research = DemoConfig(research=True, estimator=estimator).generation
         assert research.elicit_beliefs is (estimator in turn_credit)
         assert not DemoConfig(estimator=estimator).generation.elicit_beliefs
+
+
+def _rollout(*tools: tuple[str, tuple[int, ...]]) -> Trajectory:
+    turns: list[Turn] = []
+    for name, results in tools:
+        turns.append(Turn(index=len(turns), role="assistant", text="", tool_name=name))
+        turns.append(Turn(index=len(turns), role="tool", text="", tool_result_ids=results))
+    turns.append(Turn(index=len(turns), role="assistant", text="<probability>0.5</probability>"))
+    return Trajectory(
+        question_id=1, agent_id=1, policy_version=1, sample_index=0, turns=tuple(turns)
+    )
+
+
+def test_a_rollouts_research_path_is_whether_it_saw_its_own_evidence() -> None:
+    evidence = frozenset({7, 9})
+    assert research_path(_rollout(), evidence) is ResearchPath.UNSEARCHED
+    assert research_path(_rollout(("search", (3, 4))), evidence) is ResearchPath.MISSED
+    assert research_path(_rollout(("search", (3, 9))), evidence) is ResearchPath.FOUND
+    opened = _rollout(("search", (3, 4)), ("open", (7,)))
+    assert research_path(opened, evidence) is ResearchPath.FOUND
+    assert research_path(opened, frozenset()) is ResearchPath.MISSED
 
 
 @pytest.fixture(scope="module")
@@ -218,10 +241,15 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
         assert 1.0 <= m.turns_per_rollout <= config.research_max_turns
         assert m.tokens_per_rollout > 0 and m.parse_rate > 0.5
         assert m.informed_brier < m.uninformed_brier
+    for r in research.rounds:
+        # every answered rollout took one path; the found ones read their question's evidence
+        paths = (r.found_brier, r.missed_brier, r.unsearched_brier)
+        assert any(0.0 <= b <= 1.0 for b in paths), r
     metrics = json.loads((result.out_dir / "metrics.json").read_text())
     rows = metrics["research"]["rounds"]
     assert [r["round"] for r in rows] == list(range(config.rounds))
     assert {"search_rate", "evidence_rate", "gap_closed", "informed_brier"} <= set(rows[0])
+    assert {"found_brier", "missed_brier", "unsearched_brier"} <= set(rows[0])
     for m in research.rounds:  # the round's own daily-cycle rollouts, read back from the store
         assert m.live_rollouts == config.questions_per_day * config.samples
         assert 0.0 <= m.live_evidence_rate <= m.live_search_rate <= 1.0
