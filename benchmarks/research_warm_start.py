@@ -10,8 +10,10 @@ and Brier against the informed and uninformed floors.
 
     .venv/bin/python benchmarks/research_warm_start.py --seeds 0-2 --sizes 5x10,20x4
 
-A size is `days x epochs`, optionally `@width x layers` (`20x4@96x2`). Seconds are wall time
-on whatever the machine is doing: compare sizes within one invocation.
+A size is `days x epochs` of whole demonstrations, optionally `@width x layers` (`20x4@96x2`);
+`--set research_drill_days=80` (any numeric DemoConfig field) adds first-turn drills. Seconds
+are wall time on whatever the machine is doing: compare sizes within one invocation, and run
+two invocations side by side only with FW_TORCH_THREADS=1 (else each takes every core).
 """
 
 from __future__ import annotations
@@ -23,10 +25,16 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from flows.context import build_context, open_engine
+from warm_start_format import parse_seeds
+
+from flows.context import PipelineContext, build_context, open_engine
 from flows.demo.config import LEARNER, DemoConfig
 from flows.demo.panel import CYCLE_HOUR
-from flows.demo.research_panel import build_research_panel, forecast_research_panel
+from flows.demo.research_panel import (
+    ResearchPanel,
+    build_research_panel,
+    forecast_research_panel,
+)
 from flows.demo.rounds import round_policy, score_research_round
 from flows.demo.warm_start import warm_start
 from flows.settings import Settings
@@ -88,7 +96,9 @@ def measure(config: DemoConfig, work: Path) -> dict[str, object]:
     }
 
 
-def query_copies(ctx, panel, config: DemoConfig) -> dict[str, object]:
+def query_copies(
+    ctx: PipelineContext, panel: ResearchPanel, config: DemoConfig
+) -> dict[str, object]:
     """How the warm start's first searches on the panel relate to their question's title:
     the share of them that are words of the title (copied), that open with the title's
     entity (its first two words after "Will"), and a few examples."""
@@ -116,13 +126,6 @@ def query_copies(ctx, panel, config: DemoConfig) -> dict[str, object]:
         "query_entity": round(entity / max(searches, 1), 4),
         "query_examples": examples,
     }
-
-
-def _seeds(text: str) -> list[int]:
-    if "-" in text:
-        first, last = text.split("-")
-        return list(range(int(first), int(last) + 1))
-    return [int(s) for s in text.split(",")]
 
 
 def _sizes(text: str) -> list[dict[str, int]]:
@@ -155,7 +158,7 @@ def main() -> None:
     extra = {k: float(v) if "." in v else int(v) for k, v in (s.split("=") for s in args.set)}
     rows = []
     for size in _sizes(args.sizes):
-        for seed in _seeds(args.seeds):
+        for seed in parse_seeds(args.seeds):
             config = DemoConfig(
                 research=True, seed=seed, research_panel_questions=args.panel, **size, **extra
             )

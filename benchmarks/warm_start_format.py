@@ -69,7 +69,8 @@ def measure(seed: int, days: int, epochs: int, work: Path) -> dict[str, float | 
     }
 
 
-def _seeds(text: str) -> list[int]:
+def parse_seeds(text: str) -> list[int]:
+    """`0-7` or `0,3,5` as a list of seeds."""
     if "-" in text:
         first, last = text.split("-")
         return list(range(int(first), int(last) + 1))
@@ -92,7 +93,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for days, epochs in _sizes(args.sizes):
-        for seed in _seeds(args.seeds):
+        for seed in parse_seeds(args.seeds):
             with tempfile.TemporaryDirectory() as work:
                 row = measure(seed, days, epochs, Path(work))
             rows.append(row)
