@@ -127,13 +127,14 @@ class DemoConfig:
     """Days of the reference researcher's rollouts the research warm start learns: 20 x 40 =
     800 demonstrations. Copying the question's entity and event into a query is what a tiny
     model learns last: 200 demonstrations teach the tool-call format but no query that finds
-    the evidence (0.00 of the panel's rollouts on seed 0); 800 find it on 0.16-0.23
+    the evidence (0.00 of the panel's rollouts on seed 0); 800 find it on 0.07-0.23
     (benchmarks/research_warm_start.py; docs/results.md, "The research warm start")."""
     research_drill_days: int = 80
     """Days of further questions whose reference rollouts the research warm start learns only
     the first turn of (`researcher.first_turn`: the prompt and the search or answer, without
-    the observation): cheap rows that teach the query, which the whole demonstrations teach
-    one token in a hundred."""
+    the observation): short rows that teach the query, which a whole demonstration teaches
+    one token in ~250. They cost time: the warm start took 9.7 min with them against 1.6 min
+    without (two demos at a time on 2 cores)."""
     research_sft_epochs: int = 10
     """Warm-start epochs on the research demonstrations (their rows are ~5x the brief one-turn
     rows, so the brief demo's epochs on them would cost ~5x its warm start)."""

@@ -47,6 +47,8 @@ class ResearchPath(StrEnum):
 
 
 def research_path(trajectory: Trajectory, evidence_ids: frozenset[int]) -> ResearchPath:
+    """Whether the rollout saw one of `evidence_ids` (its question's evidence articles), made
+    tool calls that showed none, or made none."""
     if seen_article_ids(trajectory) & evidence_ids:
         return ResearchPath.FOUND
     if any(t.tool_name in TOOLS for t in trajectory.turns if t.role == "assistant"):
