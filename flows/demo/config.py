@@ -257,6 +257,9 @@ class DemoConfig:
                 ppo_epochs=self.research_sft_epochs if self.research else self.sft_epochs,
                 micro_batch_tokens=2048,
                 groups_per_step=self.research_sft_groups_per_step if self.research else 4,
+                # the binary demo's warm start keeps the row-per-demonstration path its
+                # seeded results were measured on
+                pack_single_rollouts=self.research,
             )
         )
 

@@ -200,6 +200,8 @@ def pack_steps(
     groups_per_step: int,
     budget_tokens: int,
     share: Callable[[int], range] | None = None,
+    *,
+    pack_singles: bool = False,
 ) -> list[StepBatch]:
     """The optimiser steps of an update: K whole groups each, in replay order, each step's
     groups packed into rows of ≤ budget_tokens (`_pack_groups`). `trajectories` are grouped
@@ -207,7 +209,8 @@ def pack_steps(
 
     With `share` (a step's group count → the range of its groups this rank trains on), a step
     keeps its full rollout range and group count (its metrics are the same on every rank) and
-    holds the rows of this rank's groups only."""
+    holds the rows of this rank's groups only. With `pack_singles`, a step's groups of one
+    rollout share rows (first-fit decreasing) instead of taking a row each."""
     _check_packable(trajectories, advantages)
     if sum(group_sizes) != len(trajectories):
         raise ValueError(
@@ -219,7 +222,7 @@ def pack_steps(
     for rollouts, groups in plan_steps(group_sizes, groups_per_step):
         mine = range(groups) if share is None else share(groups)
         held = spans[first + mine.start : first + mine.stop]
-        rows = _pack_groups(trajectories, advantages, held, budget_tokens)
+        rows = _pack_groups(trajectories, advantages, held, budget_tokens, pack_singles)
         steps.append(StepBatch(tuple(rows), rollouts, groups))
         first += groups
     return steps
@@ -230,17 +233,24 @@ def _pack_groups(
     advantages: Sequence[np.ndarray],
     groups: Sequence[range],
     budget_tokens: int,
+    pack_singles: bool = False,
 ) -> list[PackedRow]:
     """Rows of a step's groups, in replay order: a group that fits the budget is one row, its
     rollouts side by side, so the row forwards their shared prompt once
     (futureworld.rl.forward); a larger group's rollouts are packed one by one among
-    themselves (first-fit decreasing), never with another group's."""
+    themselves (first-fit decreasing), never with another group's. With `pack_singles` the
+    groups of one rollout are packed together (first-fit decreasing), after the others."""
     rows: list[PackedRow] = []
+    singles = [g.start for g in groups if len(g) == 1] if pack_singles else []
     for group in groups:
+        if singles and len(group) == 1:
+            continue
         if sum(_sequence_length(trajectories[i]) for i in group) <= budget_tokens:
             rows.append(_row(trajectories, advantages, list(group)))
         else:
             rows += _pack(trajectories, advantages, group, budget_tokens)
+    if singles:
+        rows += _pack(trajectories, advantages, singles, budget_tokens)
     return rows
 
 

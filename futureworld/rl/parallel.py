@@ -94,6 +94,8 @@ def shard_steps(
     groups_per_step: int,
     budget_tokens: int,
     world: World,
+    *,
+    pack_singles: bool = False,
 ) -> list[StepBatch]:
     """The optimiser steps of `pack_steps`, each holding only this rank's whole groups
     (`split_groups`): one rank holds every group of every step."""
@@ -104,6 +106,7 @@ def shard_steps(
         groups_per_step,
         budget_tokens,
         share=lambda groups: split_groups(groups, world),
+        pack_singles=pack_singles,
     )
 
 

@@ -192,6 +192,7 @@ def train_policy(
         config.groups_per_step,
         config.micro_batch_tokens,
         world,
+        pack_singles=config.pack_single_rollouts,
     )
     spare = None
     if world.distributed:  # a rank without groups in a step pads with a first-group row

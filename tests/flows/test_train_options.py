@@ -31,6 +31,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "adam_betas": ("[0.8, 0.95]", "[0.8, 0.95]"),
     "max_grad_norm": ("0.5", "0.5"),
     "groups_per_step": ("3", "3"),
+    "pack_single_rollouts": ("true", "true"),
     "micro_batch_tokens": ("2048", "2048"),
     "loss_aggregation": ("constant", '"constant"'),
     "normalizer_tokens_per_rollout": ("256", "256"),

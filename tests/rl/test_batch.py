@@ -145,6 +145,29 @@ def test_the_trainers_steps_keep_each_group_that_fits_in_a_row_of_its_own(ranks)
     ]
 
 
+def test_packed_singles_share_rows_and_larger_groups_keep_their_own():
+    """With pack_singles the trainer packs a step's groups of one rollout (demonstrations)
+    several to a row; a group of several keeps its own row; every rollout is trained once."""
+    sizes = [1, 1, 3, 1, 1, 1, 2, 1]
+    trajs = _group_rollouts(sizes, prompt_len=20)
+    group_of = [g for g, size in enumerate(sizes) for _ in range(size)]
+    advantages = [np.ones(len(t.completion_token_ids), np.float32) for t in trajs]
+    budget = 4 * (20 + 6)
+    world = World(rank=0, size=1)
+    apart = shard_steps(trajs, advantages, sizes, 8, budget, world)
+    packed = shard_steps(trajs, advantages, sizes, 8, budget, world, pack_singles=True)
+    assert len(apart[0].rows) == len(sizes)
+    assert len(packed[0].rows) < len(apart[0].rows)
+    for row in packed[0].rows:
+        groups = {group_of[i] for i in row.rollout_indices}
+        if len(groups) > 1:
+            assert all(sizes[g] == 1 for g in groups)
+        assert row.num_tokens <= budget
+    held = sorted(i for row in packed[0].rows for i in row.rollout_indices)
+    assert held == list(range(len(trajs)))
+    assert packed[0].rollouts == apart[0].rollouts and packed[0].groups == apart[0].groups
+
+
 def test_a_row_of_one_group_forwards_its_prompt_once():
     trajs = _group_rollouts([4, 4], prompt_len=50, seed=3)
     advantages = [np.ones(len(t.completion_token_ids), np.float32) for t in trajs]

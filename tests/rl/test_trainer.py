@@ -203,6 +203,25 @@ def test_sft_accepts_bare_trajectories_and_lowers_their_loss(tiny_model_dir, tmp
     assert result.metrics[-1]["loss"] < result.metrics[0]["loss"]
 
 
+def test_sft_on_packed_demonstrations_equals_a_row_each(tiny_model_dir, tmp_path):
+    trajectories = [r.trajectory for r in _scored(tiny_model_dir)]
+    config = dataclasses.replace(FAST, ppo_epochs=2, groups_per_step=len(trajectories))
+    apart = train_sft(tiny_model_dir, trajectories, config, tmp_path / "apart")
+    packed = train_sft(
+        tiny_model_dir,
+        trajectories,
+        dataclasses.replace(config, pack_single_rollouts=True),
+        tmp_path / "packed",
+    )
+    assert packed.metrics[0]["rows"] < apart.metrics[0]["rows"]
+    for a, b in zip(apart.metrics, packed.metrics, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-6)
+    one = _tensors(apart.checkpoint_path, "model.safetensors")
+    two = _tensors(packed.checkpoint_path, "model.safetensors")
+    for name, weight in one.items():
+        torch.testing.assert_close(two[name], weight, rtol=1e-4, atol=1e-5)
+
+
 def test_rl_training_refuses_unscored_trajectories(tiny_model_dir, tmp_path):
     trajectories = [r.trajectory for r in _scored(tiny_model_dir)]
     with pytest.raises(TypeError, match="ScoredRollout"):
