@@ -6,7 +6,8 @@ Each (seed, size) trains the demo's tiny model from scratch on the research demo
 it research the demo's held-out research panel once per question, exactly as round 0 does
 (flows.demo.rounds.score_research_round). It prints the rates RL starts from: first-turn tool
 calls, searches, rollouts whose observations hold their question's evidence, answers parsed,
-and Brier against the informed and uninformed floors.
+Brier against the informed and uninformed floors, and Brier by research path (found the
+evidence, searched and missed, did not search): whether the model reads what it finds.
 
     .venv/bin/python benchmarks/research_warm_start.py --seeds 0-2 --sizes 5x10,20x4
 
@@ -32,6 +33,7 @@ from flows.demo.config import LEARNER, DemoConfig
 from flows.demo.panel import CYCLE_HOUR
 from flows.demo.research_panel import (
     ResearchPanel,
+    ResearchPath,
     build_research_panel,
     forecast_research_panel,
 )
@@ -87,6 +89,7 @@ def measure(config: DemoConfig, work: Path) -> dict[str, object]:
         "search_rate": round(scores.search_rate, 4),
         "evidence_rate": round(scores.evidence_rate, 4),
         **copies,
+        **{f"brier_{path}": round(scores.path_brier(path), 4) for path in ResearchPath},
         "parse_rate": round(score.parse_rate, 4),
         "brier": round(brier(score.p_yes, score.y), 4) if score.p_yes else None,
         "informed_floor": round(brier(informed, score.y), 4) if score.y else None,
