@@ -33,11 +33,12 @@ class DemoConfig:
     seed 0). What the warm start must teach last is the query: copying the question's entity
     (a name of 30 stems) and event into the search. Its warm start is 20 days of whole
     demonstrations plus 80 days of first-turn drills (`research_drill_days`), 16 a step at
-    lr 4e-3: on seed 0 its searches find the question's evidence on 0.39 of the panel's
-    rollouts against 0.00 with 200 whole demonstrations and 0.07-0.21 with 800
-    (benchmarks/research_warm_start.py; docs/results.md, "The research warm start"). Its
-    queries copy the stem, but the suffix is often another topic's (0.18 of them are the
-    title's words exactly). Research stays off by default: RL on it is measured in the docs.
+    lr 4e-3, packed several to a row: on seed 0 its searches find the question's evidence on
+    0.36-0.61 of the panel's rollouts against 0.00 with 200 whole demonstrations and 0.07-0.23
+    with 800 (benchmarks/research_warm_start.py; docs/results.md, "The research warm start").
+    Whether the copy forms varies from run to run: 0.15-0.61 of its queries were the title's
+    words. Research stays off by default: under dr_grpo the agent learns to search less
+    (docs/results.md, "RL on the research world: dr_grpo stops searching").
     """
 
     out_dir: Path = Path("reports/demo")
@@ -133,8 +134,8 @@ class DemoConfig:
     """Days of further questions whose reference rollouts the research warm start learns only
     the first turn of (`researcher.first_turn`: the prompt and the search or answer, without
     the observation): short rows that teach the query, which a whole demonstration teaches
-    one token in ~250. They cost time: the warm start took 9.7 min with them against 1.6 min
-    without (two demos at a time on 2 cores)."""
+    one token in ~250. They cost time: the warm start took 4.5 min with them, packed, beside
+    the test suite (9.7 min with a row each, two demos at a time), against 1.6 min without."""
     research_sft_epochs: int = 10
     """Warm-start epochs on the research demonstrations (their rows are ~5x the brief one-turn
     rows, so the brief demo's epochs on them would cost ~5x its warm start)."""
