@@ -4,10 +4,11 @@ learns to research from the reference's demonstrations before any RL.
 Each (seed, size) trains the demo's tiny model from scratch on the research demonstrations
 (flows.demo.warm_start with `DemoConfig(research=True)`, the code `make demo` runs) and lets
 it research the demo's held-out research panel once per question, exactly as round 0 does
-(flows.demo.rounds.score_research_round). It prints the rates RL starts from: first-turn tool
-calls, searches, rollouts whose observations hold their question's evidence, answers parsed,
-Brier against the informed and uninformed floors, and Brier by research path (found the
-evidence, searched and missed, did not search): whether the model reads what it finds.
+(flows.demo.research_panel: the same forecast and the same round summary). It prints the
+rates RL starts from: first-turn tool calls, searches, rollouts whose observations hold
+their question's evidence, answers parsed, Brier against the informed and uninformed floors,
+and Brier by research path (found the evidence, searched and missed, did not search):
+whether the model reads what it finds.
 
     .venv/bin/python benchmarks/research_warm_start.py --seeds 0-2 --sizes 5x10,20x4
 
@@ -23,12 +24,13 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
 from warm_start_format import parse_seeds
 
-from flows.context import PipelineContext, build_context, open_engine
+from flows.context import build_context, open_engine
 from flows.demo.config import LEARNER, DemoConfig
 from flows.demo.panel import CYCLE_HOUR
 from flows.demo.research_panel import (
@@ -36,11 +38,13 @@ from flows.demo.research_panel import (
     ResearchPath,
     build_research_panel,
     forecast_research_panel,
+    research_round,
 )
-from flows.demo.rounds import round_policy, score_research_round
+from flows.demo.rounds import round_policy
 from flows.demo.warm_start import warm_start
 from flows.settings import Settings
 from futureworld.agent.parsing import ActionKind
+from futureworld.domain import Trajectory
 from futureworld.policy.loading import load_backend
 from futureworld.scoring import brier
 from futureworld.world import World
@@ -70,11 +74,20 @@ def measure(config: DemoConfig, work: Path) -> dict[str, object]:
         config.questions_per_day,
         max_horizon_days=config.max_horizon_days,
     )
-    started = time.perf_counter()
-    scores = score_research_round(round_policy(ctx, LEARNER), panel, 0, config)
-    panel_s = time.perf_counter() - started
-    copies = query_copies(ctx, panel, config)
+    spec, generation, version = round_policy(ctx, LEARNER)
     engine.dispose()
+    started = time.perf_counter()
+    groups = forecast_research_panel(
+        load_backend(spec),
+        generation,
+        panel,
+        policy_version=version,
+        samples=config.panel_samples,
+        seed=config.seed,
+    )
+    panel_s = time.perf_counter() - started
+    scores = research_round(panel, groups, round_no=0, policy_version=version)
+    copies = query_copies(panel, groups)
     score = scores.score
     informed = [panel.questions[n].p_informed for n in score.question]
     return {
@@ -99,16 +112,10 @@ def measure(config: DemoConfig, work: Path) -> dict[str, object]:
     }
 
 
-def query_copies(
-    ctx: PipelineContext, panel: ResearchPanel, config: DemoConfig
-) -> dict[str, object]:
-    """How the warm start's first searches on the panel relate to their question's title:
-    the share of them that are words of the title (copied), that open with the title's
-    entity (its first two words after "Will"), and a few examples."""
-    spec, generation, version = round_policy(ctx, LEARNER)
-    groups = forecast_research_panel(
-        load_backend(spec), generation, panel, policy_version=version, samples=1, seed=config.seed
-    )
+def query_copies(panel: ResearchPanel, groups: Sequence[Sequence[Trajectory]]) -> dict[str, object]:
+    """How the first searches of the panel's rollouts relate to their question's title: the
+    share of them that are words of the title (copied), that open with the title's entity
+    (its first two words after "Will"), and a few examples."""
     searches = copied = entity = 0
     examples = []
     for item, group in zip(panel.questions, groups, strict=True):

@@ -44,20 +44,21 @@ def main() -> None:
     )
     world = World(config.world_config(seed=10_000, questions_per_day=config.sft_questions_per_day))
     questions = researcher.warm_start_questions(world, args.whole_days + args.drill_days)
-    whole = sum(1 for sim, _ in questions if sim.day < args.whole_days)
-    texts = researcher.tokenizer_texts(
-        world, questions[:whole], config.generation, config.researcher, seed=0
-    )
+    whole = [q for q in questions if q[0].day < args.whole_days]
+    texts = researcher.tokenizer_texts(world, whole, config.generation, config.researcher, seed=0)
     work = Path(tempfile.mkdtemp())
     model = init_tiny_model(work / "model", seed=0, extra_texts=texts)
     tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
     demonstrations = researcher.research_demonstrations(
-        tokenizer, world, questions, config.generation, config.researcher, seed=0
+        tokenizer,
+        world,
+        questions,
+        config.generation,
+        config.researcher,
+        seed=0,
+        drills_from_day=args.whole_days,
     )
-    demonstrations = demonstrations[:whole] + [
-        researcher.first_turn(t) for t in demonstrations[whole:]
-    ]
-    print(f"{len(demonstrations)} demonstrations ({whole} whole), {args.epochs} epochs")
+    print(f"{len(demonstrations)} demonstrations ({len(whole)} whole), {args.epochs} epochs")
     base = dataclasses.replace(config.warm_start.config, temperature=1.0)
     for run in range(args.repeats * 2):
         pack = run % 2 == 1

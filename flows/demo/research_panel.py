@@ -209,6 +209,17 @@ def score_research_panel(
     groups = forecast_research_panel(
         backend, settings, panel, policy_version=policy_version, samples=samples, seed=seed
     )
+    return research_round(panel, groups, round_no=round_no, policy_version=policy_version)
+
+
+def research_round(
+    panel: ResearchPanel,
+    groups: Sequence[Sequence[Trajectory]],
+    *,
+    round_no: int,
+    policy_version: int,
+) -> ResearchRound:
+    """The scores of the panel's rollouts (`groups`, in panel order) and what they researched."""
     score = panel_score(
         [
             (group, item.outcome, item.p_informed)

@@ -214,9 +214,11 @@ def research_demonstrations(
     *,
     seed: int,
     agent_id: int = 0,
+    drills_from_day: int | None = None,
 ) -> list[Trajectory]:
     """The reference researcher's rollouts of `questions` through the rollout engine over the
-    world's articles (each question searching them as of its cut-off), one per question."""
+    world's articles (each question searching them as of its cut-off), one per question; those
+    of questions posed on or after `drills_from_day` cut to their first turn (`first_turn`)."""
     last = max(q.info_cutoff_at for _, q in questions)
     corpus, _ = world_corpus(world, last)
     backend = ScriptedResearcher(tokenizer, [sim for sim, _ in questions], world, policy)
@@ -232,7 +234,12 @@ def research_demonstrations(
     ]
     groups: dict[int, Trajectory] = {}
     engine.run(jobs, lambda job, group: groups.__setitem__(job.question.id, group[0]))
-    return [groups[q.id] for _, q in questions if q.id is not None]
+    drill = drills_from_day if drills_from_day is not None else math.inf
+    return [
+        first_turn(groups[q.id]) if sim.day >= drill else groups[q.id]
+        for sim, q in questions
+        if q.id is not None
+    ]
 
 
 def first_turn(trajectory: Trajectory) -> Trajectory:

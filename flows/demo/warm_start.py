@@ -42,10 +42,9 @@ def warm_start(config: DemoConfig, settings: Settings, *, as_of: datetime) -> li
         research_questions = researcher.warm_start_questions(
             warm_world, config.research_sft_days + config.research_drill_days
         )
-        whole = sum(1 for sim, _ in research_questions if sim.day < config.research_sft_days)
         texts = researcher.tokenizer_texts(
             warm_world,
-            research_questions[:whole],
+            [q for q in research_questions if q[0].day < config.research_sft_days],
             config.generation,
             config.researcher,
             seed=config.seed,
@@ -102,10 +101,8 @@ def warm_start(config: DemoConfig, settings: Settings, *, as_of: datetime) -> li
             config.researcher,
             seed=config.seed,
             agent_id=learner.id or 0,
+            drills_from_day=config.research_sft_days,
         )
-        demonstrations = demonstrations[:whole] + [
-            researcher.first_turn(t) for t in demonstrations[whole:]
-        ]
     demonstrations += kind_warm_start_trajectories(
         tokenizer, kind_examples, first_index=len(demonstrations)
     )
