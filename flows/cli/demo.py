@@ -16,6 +16,7 @@ from flows.cli.common import UserError, console
 from flows.cli.progress import progress_report
 from flows.demo.config import DemoConfig
 from flows.tracking import ReportTo
+from futureworld.rl.config import Estimator
 
 DEFAULTS = DemoConfig()
 """The defaults every option takes (one place: DemoConfig's)."""
@@ -92,6 +93,13 @@ def demo_command(
             "FW_REPORT_TO, else none).",
         ),
     ] = None,
+    estimator: Annotated[
+        Estimator,
+        typer.Option(
+            help="How rewards become advantages in every RL update; on the research world "
+            "forecast_info_gain and siop also elicit a belief after each tool turn.",
+        ),
+    ] = DEFAULTS.estimator,
     kl_coef: Annotated[
         float,
         typer.Option(
@@ -156,6 +164,7 @@ def demo_command(
             research_panel_questions=research_panel,
             validation_fraction=validation_fraction,
             report_to=report_to,
+            estimator=estimator,
             rl_kl_coef=kl_coef,
             rl_kl_trail=kl_trail,
             rl_draw_groups=draw_groups or None,

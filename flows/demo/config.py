@@ -94,6 +94,9 @@ class DemoConfig:
     """Whole groups per optimiser step: 5 questions × G = 8 = the 40 rollouts a step tuned
     with benchmarks/learning_curve.py (gradients accumulate over the step's rows)."""
     estimator: Estimator = DEFAULT_ESTIMATOR
+    """The RL updates' estimator. It also decides the learner's sampling (a belief elicited
+    after each tool turn for the estimators that credit turns by it), so an `estimator=` in
+    `train_set` is this field: the last one given there replaces it."""
     min_groups: int = 4
     """Train in a round only when at least this many completed groups are waiting."""
     temperature: float = 1.0
@@ -169,8 +172,12 @@ class DemoConfig:
     `futureworld train --set`), applied over the demo's own (`update`)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "estimator", Estimator(self.estimator))
         object.__setattr__(self, "train_set", tuple(self.train_set))
+        # One estimator for the updates and the sampling alike: train_set's, when it names one
+        # (parsed as every --set is, so a bad value is a TrainConfigError naming it).
+        given = TrainConfig(estimator=Estimator(self.estimator))
+        estimator = config_with_overrides(given, sets=self.train_set).estimator
+        object.__setattr__(self, "estimator", estimator)
         kinds = tuple(QuestionKind(k) for k in self.kinds)
         object.__setattr__(self, "kinds", kinds)
         if QuestionKind.BINARY not in kinds or len(set(kinds)) != len(kinds):

@@ -32,6 +32,7 @@ from flows.demo.researcher import (
 from flows.demo.run import run_demo
 from flows.demo.warm_start import warm_start
 from flows.settings import Settings
+from flows.stages.train_options import TrainConfigError
 from flows.tracking import ReportTo
 from futureworld.agent.loop import run_tool
 from futureworld.agent.parsing import ActionKind, parse_action
@@ -308,3 +309,18 @@ def test_the_research_warm_start_trains_on_whole_demonstrations_then_first_turn_
     assert list(statuses.values()) == ["completed"]
     # 16 demonstrations a step: the 24 take 2 steps (the 12 whole ones alone would take 1)
     assert steps == 2
+
+
+def test_an_estimator_given_as_a_training_setting_is_the_demos_estimator() -> None:
+    """`--set estimator=...` also decides the sampling: a turn-crediting estimator set there
+    gets its elicited beliefs (before, it trained on 0.5 at every intermediate turn)."""
+    config = DemoConfig(research=True, train_set=("estimator=forecast_info_gain",))
+    assert config.estimator is Estimator.FORECAST_INFO_GAIN
+    assert config.update.config.estimator is Estimator.FORECAST_INFO_GAIN
+    assert config.generation.elicit_beliefs
+    later = DemoConfig(
+        research=True, estimator=Estimator.SIOP, train_set=("estimator=siop", "estimator=rloo")
+    )
+    assert later.estimator is Estimator.RLOO and not later.generation.elicit_beliefs
+    with pytest.raises(TrainConfigError, match="estimator=ppo"):
+        DemoConfig(train_set=("estimator=ppo",))
