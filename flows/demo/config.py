@@ -37,8 +37,10 @@ class DemoConfig:
     0.36-0.61 of the panel's rollouts against 0.00 with 200 whole demonstrations and 0.07-0.23
     with 800 (benchmarks/research_warm_start.py; docs/results.md, "The research warm start").
     Whether the copy forms varies from run to run: 0.15-0.61 of its queries were the title's
-    words. Research stays off by default: under dr_grpo the agent learns to search less
-    (docs/results.md, "RL on the research world: dr_grpo stops searching").
+    words. Research stays off by default: under dr_grpo, forecast_info_gain and siop alike the
+    agent learns to search less, because the warm start's searches do not yet pay (docs/
+    results.md, "RL on the research world: dr_grpo stops searching" and "Turn-level against
+    outcome-level credit on the research world").
     """
 
     out_dir: Path = Path("reports/demo")
