@@ -26,7 +26,8 @@ def update_summary(
     same (the mark of a collapsed policy: `identical_answer_group_fraction`), the parse rate,
     the mean generated tokens a rollout, staleness; over loss-mask tokens the advantage std
     and mean |A| (as `compute_advantages` gives them to the trainer); over the steps the mean
-    loss and the largest kl_prox."""
+    loss and the largest kl_prox; for an estimator that credits turns by elicited beliefs,
+    the share of multi-turn rollouts that elicited none (`beliefless_share`)."""
     summary = {
         "groups": float(result.groups_used),
         "groups_skipped": float(result.groups_skipped),
@@ -58,6 +59,8 @@ def update_summary(
         "staleness_mean": float(staleness.mean()),
         "staleness_max": float(staleness.max()),
     }
+    if config.estimator.credits_turns:
+        summary |= beliefless_share(scored)
     advantages = compute_advantages(scored, config)
     if advantages.rollouts:
         values = np.concatenate(advantages.token_advantages)
@@ -68,6 +71,18 @@ def update_summary(
         summary["advantage_std"] = float(on_tokens.std())
         summary["advantage_abs_mean"] = float(np.abs(on_tokens).mean())
     return summary
+
+
+def beliefless_share(rollouts: Sequence[ScoredRollout]) -> dict[str, float]:
+    """`beliefless_multi_turn_fraction`: the share of the multi-turn rollouts (more than one
+    assistant turn) that elicited no belief after any turn, for an estimator that credits
+    turns by elicited beliefs (their turns are then credited from the 0.5 prior, which turns
+    the turn credit into a rescaled outcome credit); empty when no rollout is multi-turn."""
+    multi = [r for r in rollouts if sum(t.role == "assistant" for t in r.trajectory.turns) > 1]
+    if not multi:
+        return {}
+    missing = [all(t.belief is None for t in r.trajectory.turns) for r in multi]
+    return {"beliefless_multi_turn_fraction": float(np.mean(missing))}
 
 
 def _answer(trajectory: Trajectory) -> object:

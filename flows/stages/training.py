@@ -274,6 +274,15 @@ def _run_update(
     flush_steps()
     summary = update_summary(items, config, result)
     log_update_summary(tracker, number, summary)
+    beliefless = summary.get("beliefless_multi_turn_fraction", 0.0)
+    if beliefless > 0:
+        log.warning(
+            "%s credits turns by the beliefs elicited after them, but %.0f%% of the multi-turn "
+            "rollouts of this update elicited none, so their turns were credited from the 0.5 "
+            "prior: sample with the agent's GenerationSettings.elicit_beliefs on",
+            config.estimator,
+            100 * beliefless,
+        )
 
     def register(session: Any) -> PolicyVersion:
         # Retried on a transient error: the checkpoint is on disk, only the rows are redone.

@@ -27,6 +27,7 @@ from flows.tracking import (
     tracking_run,
 )
 from flows.tracking_summary import update_summary
+from futureworld.domain import Turn
 from futureworld.rl.config import Estimator, TrainConfig
 from futureworld.rl.trainer import TrainResult, train_policy
 from tests.rl.rl_builders import build_tiny_model, make_rollout
@@ -423,6 +424,44 @@ def test_update_summary_of_a_hand_computed_update():
             "advantage_abs_mean": 0.25,
         }
     )
+
+
+def _two_turns(belief: float | None) -> tuple[Turn, ...]:
+    """A search turn (eliciting `belief` after its result), the result, then the answer."""
+    return (
+        Turn(index=0, role="assistant", text="", token_start=0, token_end=2, belief=belief),
+        Turn(index=1, role="tool", text="", token_start=2, token_end=3),
+        Turn(index=2, role="assistant", text="", token_start=3, token_end=4),
+    )
+
+
+def test_update_summary_counts_multi_turn_rollouts_that_elicited_no_belief():
+    """Turn credit from the 0.5 prior is a rescaled outcome credit: an update that got it is
+    told so. One-turn rollouts do not count; dr_grpo does not report it."""
+    turns = [_two_turns(0.8), _two_turns(None), _two_turns(0.3), ()]
+    rollouts = [
+        make_rollout(sample_index=s, reward=-0.1 * s, mask=(1, 1, 0, 1), turns=t)
+        for s, t in enumerate(turns)
+    ]
+    result = TrainResult(
+        checkpoint_path=Path("v1"),
+        checkpoint_sha256="",
+        steps=1,
+        global_step=1,
+        metrics=({"loss": 0.1},),
+        rollouts_used=4,
+        groups_used=1,
+        groups_skipped=0,
+    )
+    for estimator in (Estimator.FORECAST_INFO_GAIN, Estimator.SIOP):
+        summary = update_summary(rollouts, TrainConfig(estimator=estimator), result)
+        assert summary["beliefless_multi_turn_fraction"] == pytest.approx(1 / 3)
+    dr_grpo = update_summary(rollouts, TrainConfig(estimator=Estimator.DR_GRPO), result)
+    assert "beliefless_multi_turn_fraction" not in dr_grpo
+    one_turn = update_summary(
+        rollouts[3:] * 2, TrainConfig(estimator=Estimator.FORECAST_INFO_GAIN), result
+    )
+    assert "beliefless_multi_turn_fraction" not in one_turn
 
 
 def test_update_summary_of_sft_has_no_rewards():
