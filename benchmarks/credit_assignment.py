@@ -2,13 +2,13 @@
 and siop, each on the same seeds, warm start and compute.
 
 Each (seed, estimator) is one research demo (`run_demo(DemoConfig(research=True, ...))`, the
-code `make demo --research` runs: the warm start, then `rounds` daily cycles of the pipeline's
-flows, each round's policy researching the same held-out research panel), differing from the
-others of its seed only in `estimator`. The warm start's inputs do not depend on the
+code `futureworld demo --research` runs: the warm start, then `rounds` daily cycles of the
+pipeline's flows, each round's policy researching the same held-out research panel), differing
+from the others of its seed only in `estimator`. The warm start's inputs do not depend on the
 estimator, so a seed's runs start from the same version; the summary checks it (the warm
-start's weights, byte for byte). Every run
-gets the same rounds, questions, G and update schedule, so the same compute, up to the
-elicited beliefs forecast_info_gain and siop sample after each tool turn.
+start's weights, byte for byte). Every run gets the same rounds, questions, G and update
+schedule, so the same compute, up to the beliefs forecast_info_gain and siop elicit after each
+tool turn.
 
 Per round and estimator, averaged over the seeds: the panel's search rate, the share of
 rollouts that found their question's evidence, Brier, and the share of the warm start's gap to
@@ -134,8 +134,8 @@ def warm_start_weights(run: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _rows(rounds: ResearchRound, seed: int) -> np.ndarray:
-    s = rounds.score
+def _rows(scored: ResearchRound, seed: int) -> np.ndarray:
+    s = scored.score
     return np.asarray(
         [(seed * QUESTION_STRIDE + q, p, y) for q, p, y in s.rows()], dtype=np.float64
     ).reshape(-1, 3)
@@ -177,7 +177,7 @@ def summarise(
                 "evidence_rate": round(float(np.mean([m.evidence_rate for m in summaries])), 3),
                 "brier": round(float(np.mean([m.brier for m in summaries])), 4),
                 "gap_closed": round(float(np.mean([m.gap_closed for m in summaries])), 3),
-                "parse_rate": round(float(np.min([m.parse_rate for m in summaries])), 3),
+                "min_parse_rate": round(float(np.min([m.parse_rate for m in summaries])), 3),
             }
         by_round.append(row)
     per_run = {}
