@@ -374,6 +374,22 @@ def test_a_real_update_logs_every_step_and_its_summary(tmp_path, monkeypatch, on
     assert events.Scalars("update/identical_group_fraction")[0].value == 0.5
 
 
+def _result(
+    metrics: tuple[dict[str, float], ...], *, rollouts_used: int, groups_used: int
+) -> TrainResult:
+    """What the trainer returns after one step per `metrics` entry, nothing skipped."""
+    return TrainResult(
+        checkpoint_path=Path("v1"),
+        checkpoint_sha256="",
+        steps=len(metrics),
+        global_step=len(metrics),
+        metrics=metrics,
+        rollouts_used=rollouts_used,
+        groups_used=groups_used,
+        groups_skipped=0,
+    )
+
+
 def test_update_summary_of_a_hand_computed_update():
     rewards = [[0.0, -1.0, 0.0, -1.0], [-0.25] * 4]
     rollouts = [
@@ -388,15 +404,10 @@ def test_update_summary_of_a_hand_computed_update():
         for q, group in enumerate(rewards)
         for s, r in enumerate(group)
     ]
-    result = TrainResult(
-        checkpoint_path=Path("v1"),
-        checkpoint_sha256="",
-        steps=2,
-        global_step=2,
-        metrics=({"loss": 0.25, "kl_prox": 0.01}, {"loss": 0.75, "kl_prox": 0.03}),
+    result = _result(
+        ({"loss": 0.25, "kl_prox": 0.01}, {"loss": 0.75, "kl_prox": 0.03}),
         rollouts_used=8,
         groups_used=2,
-        groups_skipped=0,
     )
     summary = update_summary(rollouts, TrainConfig(estimator=Estimator.DR_GRPO), result)
     # rewards: mean −0.375; deviations ±0.375/0.625 (group 0), 0.125 (group 1), so the
@@ -443,16 +454,7 @@ def test_update_summary_counts_multi_turn_rollouts_that_elicited_no_belief():
         make_rollout(sample_index=s, reward=-0.1 * s, mask=(1, 1, 0, 1), turns=t)
         for s, t in enumerate(turns)
     ]
-    result = TrainResult(
-        checkpoint_path=Path("v1"),
-        checkpoint_sha256="",
-        steps=1,
-        global_step=1,
-        metrics=({"loss": 0.1},),
-        rollouts_used=4,
-        groups_used=1,
-        groups_skipped=0,
-    )
+    result = _result(({"loss": 0.1},), rollouts_used=4, groups_used=1)
     for estimator in (Estimator.FORECAST_INFO_GAIN, Estimator.SIOP):
         summary = update_summary(rollouts, TrainConfig(estimator=estimator), result)
         assert summary["beliefless_multi_turn_fraction"] == pytest.approx(1 / 3)
@@ -465,16 +467,7 @@ def test_update_summary_counts_multi_turn_rollouts_that_elicited_no_belief():
 
 
 def test_update_summary_of_sft_has_no_rewards():
-    result = TrainResult(
-        checkpoint_path=Path("v1"),
-        checkpoint_sha256="",
-        steps=1,
-        global_step=1,
-        metrics=({"loss": 1.0},),
-        rollouts_used=1,
-        groups_used=1,
-        groups_skipped=0,
-    )
+    result = _result(({"loss": 1.0},), rollouts_used=1, groups_used=1)
     trajectory = make_rollout().trajectory
     summary = update_summary([trajectory], TrainConfig(estimator=Estimator.SFT), result)
     assert summary == {
