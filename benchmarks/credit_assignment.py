@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -39,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from warm_start_format import parse_seeds
+from sweeps import Job, parse_numeric_sets, parse_seeds, run_side_by_side
 
 from flows.demo.config import LEARNER, WARM_START_VERSION, DemoConfig
 from flows.demo.report import learning_claim
@@ -89,36 +87,18 @@ def run_one(config: DemoConfig) -> None:
 
 
 def run_all(
-    setup: Setup,
-    seeds: Sequence[int],
-    estimators: Sequence[Estimator],
-    out: Path,
-    jobs: int,
-    argv: Sequence[str],
+    seeds: Sequence[int], estimators: Sequence[Estimator], out: Path, jobs: int, argv: Sequence[str]
 ) -> None:
-    """Each missing run in a process of its own, `jobs` at a time."""
-    todo = [
-        (seed, e)
-        for seed in seeds
-        for e in estimators
-        if not (run_dir(out, seed, e) / "report.md").is_file()
-    ]
-    env = {**os.environ, "FW_TORCH_THREADS": "1"} if jobs > 1 else dict(os.environ)
-    running: list[tuple[subprocess.Popen, int, Estimator]] = []
-    failed = []
-    while todo or running:
-        while todo and len(running) < jobs:
-            seed, e = todo.pop(0)
-            command = [sys.executable, __file__, *argv, "--run", f"{seed}:{e.value}"]
-            running.append((subprocess.Popen(command, env=env), seed, e))
-        time.sleep(2)
-        for entry in list(running):
-            if entry[0].poll() is not None:
-                running.remove(entry)
-                if entry[0].returncode != 0:
-                    failed.append(f"seed {entry[1]} {entry[2]} (exit {entry[0].returncode})")
-    if failed:
-        raise SystemExit(f"runs failed: {', '.join(failed)}")
+    """Each missing run (no report.md yet) in a process of its own, `jobs` at a time."""
+    run_side_by_side(
+        [
+            Job(f"seed {seed} {e}", [sys.executable, __file__, *argv, "--run", f"{seed}:{e}"])
+            for seed in seeds
+            for e in estimators
+            if not (run_dir(out, seed, e) / "report.md").is_file()
+        ],
+        jobs,
+    )
 
 
 def load_rounds(setup: Setup, seed: int, estimator: Estimator, out: Path) -> list[ResearchRound]:
@@ -164,27 +144,27 @@ def summarise(
     same_start = {
         s: len({warm_start_weights(run_dir(out, s, e)) for e in estimators}) == 1 for s in seeds
     }
+    summaries = {
+        key: research_summary(rounds, (float("nan"), float("nan"))).rounds
+        for key, rounds in runs.items()
+    }
     by_round = []
     for r in range(setup.rounds):
         row: dict[str, object] = {"round": r}
         for e in estimators:
-            summaries = [
-                research_summary(runs[(s, e)], (float("nan"), float("nan"))).rounds[r]
-                for s in seeds
-            ]
+            of_seeds = [summaries[(s, e)][r] for s in seeds]
             row[e.value] = {
-                "search_rate": round(float(np.mean([m.search_rate for m in summaries])), 3),
-                "evidence_rate": round(float(np.mean([m.evidence_rate for m in summaries])), 3),
-                "brier": round(float(np.mean([m.brier for m in summaries])), 4),
-                "gap_closed": round(float(np.mean([m.gap_closed for m in summaries])), 3),
-                "min_parse_rate": round(float(np.min([m.parse_rate for m in summaries])), 3),
+                "search_rate": round(float(np.mean([m.search_rate for m in of_seeds])), 3),
+                "evidence_rate": round(float(np.mean([m.evidence_rate for m in of_seeds])), 3),
+                "brier": round(float(np.mean([m.brier for m in of_seeds])), 4),
+                "gap_closed": round(float(np.mean([m.gap_closed for m in of_seeds])), 3),
+                "min_parse_rate": round(float(np.min([m.parse_rate for m in of_seeds])), 3),
             }
         by_round.append(row)
     per_run = {}
     for (s, e), rounds in runs.items():
         claim = learning_claim([r.score for r in rounds])
-        rows = research_summary(rounds, (float("nan"), float("nan"))).rounds
-        first, last = rows[0], rows[-1]
+        first, last = summaries[(s, e)][0], summaries[(s, e)][-1]
         wall = run_dir(out, s, e) / "wall_s.txt"
         per_run[f"{s}:{e.value}"] = {
             "brier": _interval(claim.brier) if claim else None,
@@ -317,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         rounds=args.rounds,
         questions_per_day=args.questions_per_day,
         panel=args.panel,
-        extra={k: float(v) if "." in v else int(v) for k, v in (s.split("=") for s in args.set)},
+        extra=parse_numeric_sets(args.set),
     )
     out = args.out.resolve()
     if args.run:
@@ -326,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     seeds = parse_seeds(args.seeds)
     estimators = [Estimator(e) for e in args.estimators.split(",")]
-    run_all(setup, seeds, estimators, out, args.jobs, argv)
+    run_all(seeds, estimators, out, args.jobs, argv)
     summary = summarise(setup, seeds, estimators, out)
     (out / "credit_assignment.json").write_text(json.dumps(summary, indent=1))
     print(markdown(summary, estimators))

@@ -27,50 +27,34 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from warm_start_format import parse_seeds
+from sweeps import Job, parse_seeds, run_side_by_side
 
 PARSE_BAR = 0.90
 SERVED_BAR = 0.02
 
 
 def run_seeds(seeds: Sequence[int], out: Path, options: Sequence[str], jobs: int) -> None:
-    """`futureworld demo` per seed whose report is missing, `jobs` at a time."""
+    """`futureworld demo` per seed whose metrics are missing, `jobs` at a time, each logging to
+    its folder's run.log; its wall time goes to wall_min.txt."""
     futureworld = Path(sys.executable).with_name("futureworld")
-    todo = [s for s in seeds if not (out / f"seed-{s}" / "metrics.json").is_file()]
-    env = {**os.environ, "FW_TORCH_THREADS": "1"} if jobs > 1 else dict(os.environ)
-    running: dict[int, tuple[subprocess.Popen, float]] = {}
-    failed = []
-    while todo or running:
-        while todo and len(running) < jobs:
-            seed = todo.pop(0)
-            folder = out / f"seed-{seed}"
-            folder.mkdir(parents=True, exist_ok=True)
-            command = [str(futureworld), "demo", "--seed", str(seed), "--out", str(folder)]
-            with (folder / "run.log").open("w") as log:
-                process = subprocess.Popen(
-                    [*command, *options], env=env, stdout=log, stderr=subprocess.STDOUT
-                )
-            running[seed] = (process, time.perf_counter())
-            print(f"seed {seed}: started", flush=True)
-        time.sleep(2)
-        for seed, (process, started) in list(running.items()):
-            if process.poll() is None:
-                continue
-            del running[seed]
-            minutes = (time.perf_counter() - started) / 60
-            (out / f"seed-{seed}" / "wall_min.txt").write_text(f"{minutes:.1f}\n")
-            print(f"seed {seed}: exit {process.returncode} after {minutes:.1f} min", flush=True)
-            if process.returncode != 0:
-                failed.append(seed)
-    if failed:
-        raise SystemExit(f"seeds {failed} failed: see their run.log under {out}")
+    todo = []
+    for seed in seeds:
+        folder = out / f"seed-{seed}"
+        if (folder / "metrics.json").is_file():
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        command = [str(futureworld), "demo", "--seed", str(seed), "--out", str(folder)]
+        todo.append(Job(f"seed {seed}", [*command, *options], log=folder / "run.log"))
+
+    def done(job: Job, seconds: float) -> None:
+        assert job.log is not None
+        job.log.with_name("wall_min.txt").write_text(f"{seconds / 60:.1f}\n")
+
+    run_side_by_side(todo, jobs, on_done=done)
 
 
 def seed_row(seed: int, folder: Path) -> dict[str, object]:
@@ -81,16 +65,21 @@ def seed_row(seed: int, folder: Path) -> dict[str, object]:
     judged = [v for v in lineage if v["parent_version"] is not None and v["version"] > 1]
     rejected = [v for v in judged if v["status"] == "rejected"]
     fit = [v for v in rejected if "questions it was trained on" in v["reason"]]
-    gap = first["brier"] - first["true_brier"]
+    # A round whose panel parsed nothing has no Brier: the Brier columns then say "—".
+    scored = first["brier"] is not None and last["brier"] is not None
+    gap = first["brier"] - first["true_brier"] if scored else 0.0
     min_parsed = min(r["parse_rate"] for r in rounds)
-    worst = max(r["brier"] - first["brier"] for r in rounds if r["brier"] is not None)
+    worst = max(
+        (r["brier"] - first["brier"] for r in rounds if scored and r["brier"] is not None),
+        default=None,
+    )
     learned = bool(claim and claim["learned"])
     ece_only = bool(claim) and not learned and claim["ece"]["ci"][1] < 0
-    within = learned and min_parsed >= PARSE_BAR and worst <= SERVED_BAR
+    within = learned and min_parsed >= PARSE_BAR and worst is not None and worst <= SERVED_BAR
     wall = folder / "wall_min.txt"
     return {
         "seed": seed,
-        "brier": [first["brier"], last["brier"]],
+        "brier": [first["brier"], last["brier"]] if scored else None,
         "brier_delta": claim["brier"] if claim else None,
         "ece_delta": claim["ece"] if claim else None,
         "min_parsed": min_parsed,
@@ -120,12 +109,13 @@ def markdown(rows: Sequence[dict[str, object]]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        b0, b1 = r["brier"]  # type: ignore[misc]
+        briers = "—" if r["brier"] is None else "{:.4f} → {:.4f}".format(*r["brier"])  # type: ignore[misc]
+        worst = "—" if r["worst_served"] is None else f"{r['worst_served']:+.4f}"
         gap = r["gap_closed"]
         wall = r["wall_min"]
         lines.append(
-            f"| {r['seed']} | {b0:.4f} → {b1:.4f} | {_delta(r['brier_delta'])} | "  # type: ignore[arg-type]
-            f"{_delta(r['ece_delta'])} | {r['min_parsed']:.3f} | {r['worst_served']:+.4f} | "  # type: ignore[arg-type]
+            f"| {r['seed']} | {briers} | {_delta(r['brier_delta'])} | "  # type: ignore[arg-type]
+            f"{_delta(r['ece_delta'])} | {r['min_parsed']:.3f} | {worst} | "  # type: ignore[arg-type]
             f"{r['rejected']} of {r['judged']} | {r['fit']} | "
             f"{'—' if gap is None else f'{gap:.0%}'} | {r['verdict']} | "
             f"{'—' if wall is None else f'{wall:.1f} min'} |"

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from warm_start_format import parse_seeds
+from sweeps import parse_numeric_sets, parse_seeds
 
 from flows.context import build_context, open_engine
 from flows.demo.config import LEARNER, DemoConfig
@@ -165,7 +165,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("reports/research_warm_start.json"))
     args = parser.parse_args()
-    extra = {k: float(v) if "." in v else int(v) for k, v in (s.split("=") for s in args.set)}
+    extra = parse_numeric_sets(args.set)
     rows = []
     for size in _sizes(args.sizes):
         for seed in parse_seeds(args.seeds):

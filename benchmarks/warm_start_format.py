@@ -23,6 +23,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from sweeps import parse_seeds
+
 from flows.context import build_context, open_engine
 from flows.demo.config import LEARNER, DemoConfig
 from flows.demo.panel import CYCLE_HOUR, build_panel, panel_world
@@ -67,14 +69,6 @@ def measure(seed: int, days: int, epochs: int, work: Path) -> dict[str, float | 
         "brier": brier(score.p_yes, score.y) if score.p_yes else None,
         "warm_start_s": round(warm_s, 1),
     }
-
-
-def parse_seeds(text: str) -> list[int]:
-    """`0-7` or `0,3,5` as a list of seeds."""
-    if "-" in text:
-        first, last = text.split("-")
-        return list(range(int(first), int(last) + 1))
-    return [int(s) for s in text.split(",")]
 
 
 def _sizes(text: str) -> list[tuple[int, int]]:
