@@ -55,6 +55,15 @@ demos hold. A 0.5 ms interpreter switch interval (sys.setswitchinterval) moved t
 from 0.75 to 0.79 and the median request from 0.228 to 0.216 s; httpx's async client on one
 event loop did worse than the threads in the closed loop (0.75–0.82 against 0.94).
 
+The engine pulled jobs a few groups at a time then, so the later groups' first turns were not
+yet queued when the first searches' next turns became ready: its ready order was the start
+order (0.84–0.86 on idle cores, 32 questions, 3 turns). With first turns queued ahead up to
+the engine's LOOKAHEAD_ROLLOUTS (256), alternating with that code on the 2 idle cores:
+32 questions, 3 turns, search rate 0.5: 0.90–0.92 against 0.84–0.85 (closed loop 0.95–0.96);
+64 questions, 3 turns: 0.93–0.94 against 0.88–0.91; single turns, 32 questions 0.89–0.93,
+64 questions 0.88–0.92 (before 0.90–0.93: single turns of one length have no follow-ups to
+reorder); the default long turns 0.95 (closed loop 0.94).
+
     .venv/bin/python benchmarks/predict_http.py [--questions 64 --samples 8 --per-token-ms 3]
     .venv/bin/python benchmarks/predict_http.py --questions 32 --request-ms 200 --new-tokens 40
         [--max-turns 3 --search-rate 0.5]   (short turns: every request 0.2 s)

@@ -197,9 +197,10 @@ class TwoSlotStream(SequentialStream):
     """Two requests in flight at most; each step takes long enough for the tool calls it
     follows to have finished. Records the (turn, key) of every request it takes."""
 
-    def __init__(self, generate) -> None:
+    def __init__(self, generate, step_s: float = 0.2) -> None:
         super().__init__(generate)
         self.offered: list[tuple[int, int]] = []
+        self._step_s = step_s
 
     def offer(self, request) -> bool:
         if len(self._waiting) >= 2:
@@ -208,7 +209,7 @@ class TwoSlotStream(SequentialStream):
         return super().offer(request)
 
     def advance(self):
-        time.sleep(0.2)
+        time.sleep(self._step_s)
         return super().advance()
 
 
@@ -241,6 +242,66 @@ def test_requests_go_in_the_order_they_became_ready(tiny_backend: LocalBackend):
     assert sorted(turn for turn, _ in stream.offered) == [0] * 6 + [1] * 2
     keys = [key for _, key in stream.offered]  # made as each request became ready
     assert keys == sorted(keys)
+
+
+def test_first_turns_of_the_lookahead_go_before_any_follow_up(tiny_backend: LocalBackend):
+    """Groups start ahead of the stream up to LOOKAHEAD_ROLLOUTS unfinished rollouts, so
+    every first turn of a batch smaller than that is sent before the searches' next turns:
+    when next turns went ahead of later groups' first turns, those groups' own next turns
+    ran at the end on a draining stream (benchmarks/predict_http.py: 0.85 -> 0.91 of
+    max_concurrency, 32 questions, 3 turns, 0.2 s requests)."""
+    backend = StaggeredBackend(tiny_backend.tokenizer)
+    streams: list[TwoSlotStream] = []
+
+    def open_stream() -> TwoSlotStream:
+        streams.append(TwoSlotStream(backend.generate))
+        return streams[-1]
+
+    backend.open_stream = open_stream  # type: ignore[method-assign]
+    jobs = [
+        GroupJob(question=make_question(id=i), samples=(0, 1), seeds=seeds, as_of=CUTOFF)
+        for i, seeds in [(1, (2, 2)), (2, (1, 1))] + [(i, (0, 0)) for i in range(3, 8)]
+    ]
+    engine = RolloutEngine(
+        backend,
+        RecordingCorpus(make_articles()),
+        GenerationSettings(max_turns=3, max_new_tokens=16),
+        agent_id=1,
+        policy_version=0,
+    )
+    groups, failures, _ = _run(engine, jobs)
+    assert not failures and len(groups) == 7
+    [stream] = streams
+    assert [turn for turn, _ in stream.offered] == [0] * 14 + [1] * 4 + [2] * 2
+
+
+def test_jobs_are_pulled_only_up_to_the_lookahead(
+    tiny_backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+):
+    """A caller that claims work per job pulled holds claims on about the lookahead's
+    rollouts, not on the whole batch: a job is pulled only while fewer rollouts than
+    LOOKAHEAD_ROLLOUTS are unfinished, so no more groups than that are ever open."""
+    monkeypatch.setattr("futureworld.agent.engine.LOOKAHEAD_ROLLOUTS", 4)
+    backend = StaggeredBackend(tiny_backend.tokenizer)
+    backend.open_stream = lambda: TwoSlotStream(backend.generate, step_s=0.0)  # type: ignore[method-assign]
+    done: list[int] = []
+    open_at_pull: list[int] = []
+
+    def jobs():
+        for i in range(1, 21):
+            open_at_pull.append(i - 1 - len(done))
+            yield GroupJob(question=make_question(id=i), samples=(0, 1), seeds=(1, 0), as_of=CUTOFF)
+
+    engine = RolloutEngine(
+        backend,
+        RecordingCorpus(make_articles()),
+        GenerationSettings(max_turns=3, max_new_tokens=16),
+        agent_id=1,
+        policy_version=0,
+    )
+    stats = engine.run(jobs(), lambda job, group: done.append(job.question.id))
+    assert stats.groups == 20 and len(done) == 20
+    assert max(open_at_pull) <= 3  # every open group holds an unfinished rollout
 
 
 def test_a_failing_request_fails_its_group_only(tiny_backend: LocalBackend):
