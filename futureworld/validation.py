@@ -120,6 +120,16 @@ class GateOptions:
     and says nothing about generalising, which the Brier rule judges. Demo seed 0 (a 10-day
     warm start) served a v3 that turned its strongest cue's answer from 0.90 to 0.07 on 6
     resolved held-out questions, below the Brier rule's 10 (docs/results.md)."""
+    max_fit_point_increase: float | None = 0.01
+    """The fit rule's point bound: reject, with at least min_brier_questions trained
+    questions, when Brier(candidate) − Brier(parent) on them is above this, though the
+    interval cannot convict it. In-sample scores flatter the candidate, so a version worse on
+    the very outcomes it was fitted to went astray, and on an agent's first days this is the
+    only outcome-based rule that can judge: the bad versions served on first days in demo
+    runs were worse on their own training questions by +0.0354 (interval [−0.0365, +0.1127],
+    panel +0.0375) and +0.0142 ([−0.0119, +0.0438], panel +0.045), while the updates the
+    interval rule rejected late in runs were +0.003 to +0.010 (docs/results.md). None: the
+    interval alone."""
     level: float = 0.95
     """Confidence level of the paired bootstrap interval."""
     n_resamples: int = 1000
@@ -339,7 +349,8 @@ def judge_candidate(
       with each question's forecast fixed (paired_bootstrap_difference), is >
       max_brier_increase, or the difference itself is > max_brier_point_increase;
     - fit, with at least min_brier_questions trained questions: the lower end of the same
-      interval on `trained_outcomes` is > max_fit_increase.
+      interval on `trained_outcomes` is > max_fit_increase, or the difference itself is >
+      max_fit_point_increase.
 
     Both sides are judged on as many rollouts of each question (`equal_counts`).
     """
@@ -412,6 +423,12 @@ def judge_candidate(
                     f"worse than {parent_name} on the {len(trained)} questions it was trained "
                     f"on, beyond the interval (lower end {fit_interval[0]:+.4f} > "
                     f"{options.max_fit_increase:+.4f})"
+                )
+            fit_cap = options.max_fit_point_increase
+            if fit_cap is not None and fit_difference > fit_cap:
+                failed.append(
+                    f"Brier {fit_difference:+.4f} worse than {parent_name} on the "
+                    f"{len(trained)} questions it was trained on (bound {fit_cap:+.4f})"
                 )
         else:
             fit_note += f" (fit rule needs {options.min_brier_questions} questions)"

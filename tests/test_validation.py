@@ -277,12 +277,30 @@ def test_the_fit_rule_needs_as_many_questions_as_the_brier_rule_and_an_interval_
     mixed = _on(
         {q: (abs(y - 0.2),) * 2 if q % 2 else (abs(y - 0.7),) * 2 for q, y in TRAINED.items()}
     )
+    interval_only = GateOptions(max_fit_point_increase=None)
     maybe = judge_candidate(
-        mixed, parent, {}, GateOptions(), health_ids=OPEN, trained_outcomes=TRAINED
+        mixed, parent, {}, interval_only, health_ids=OPEN, trained_outcomes=TRAINED
     )
     assert maybe.fit_difference == pytest.approx(0.015)
     assert maybe.fit_ci is not None and maybe.fit_ci[0] <= 0.0 < maybe.fit_ci[1]
     assert maybe.promote
+    # The point bound (0.01 by default) convicts what the interval cannot: +0.015 on the very
+    # outcomes the update was fitted to; a candidate better on them on average passes.
+    bounded = judge_candidate(
+        mixed, parent, {}, GateOptions(), health_ids=OPEN, trained_outcomes=TRAINED
+    )
+    assert not bounded.promote
+    assert bounded.reason.startswith(
+        "rejected: Brier +0.0150 worse than parent on the 30 questions it was trained on "
+        "(bound +0.0100)"
+    )
+    # Half 0.2 toward the outcome (-0.21 each), half 0.6 away from it (+0.11 each): -0.05.
+    closer = _on(
+        {q: (abs(y - 0.2),) * 2 if q % 2 else (abs(y - 0.6),) * 2 for q, y in TRAINED.items()}
+    )
+    assert judge_candidate(
+        closer, parent, {}, GateOptions(), health_ids=OPEN, trained_outcomes=TRAINED
+    ).promote
     with pytest.raises(ValueError, match="max_trained must be >= 0"):
         GateOptions(max_trained=-1)
 
