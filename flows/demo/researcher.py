@@ -13,6 +13,17 @@ searches on `search_rate` of the questions, with the entity alone (a poor query)
 readings it actually saw (the exact posterior, futureworld.world.research, its log-odds
 × `sharpening`, plus Gaussian log-odds noise); without research it answers the prior mean
 with the same noise.
+
+Choice and numeric questions are researched the same way, each query a contiguous span of
+the title (so the learner's query is a copy, as for binary "<entity> <event>"): choice
+"<the options> will <event>" (its poor query the first option alone), numeric "<quantity>
+will <entity> report" (poor: the entity). A choice answer is the posterior over the options
+given the options the evidence named (research.choice_informed_probabilities, the strength it
+states), each log-probability × `sharpening` plus its own Gaussian noise, renormalised; a
+numeric answer the posterior mixture's quantiles given the readings and the σ the evidence
+states (research.numeric_informed_quantiles), pulled towards their median by `sharpening` and
+shifted by Gaussian noise of sd σ·noise_logit/2. Without readings: 1/k each, or the prior's
+quantiles, not sharpened (as binary's prior), with the same noise. Each written in its kind's canonical format (futureworld.answers).
 """
 
 from __future__ import annotations
@@ -30,13 +41,22 @@ from flows.demo.panel import as_harvested
 from futureworld.agent.engine import GroupJob, RolloutEngine
 from futureworld.agent.loop import TURN_SEED_STRIDE, rollout_seed
 from futureworld.agent.tools import InMemoryCorpus
+from futureworld.answers import ANSWER_FORMATS
 from futureworld.answers.binary import write_probability
-from futureworld.domain import GenerationSettings, Question, Trajectory
+from futureworld.domain import QUANTILE_LEVELS, GenerationSettings, Question, Trajectory
 from futureworld.policy.base import FinishReason, Generation, SamplingParams
 from futureworld.policy.streaming import SequentialStream
 from futureworld.world import SimQuestion, World
 from futureworld.world.config import cue_phrase
-from futureworld.world.research import informed_p_yes, uninformed_p_yes
+from futureworld.world.questions import SimChoiceQuestion, SimMarket, SimNumericQuestion
+from futureworld.world.research import (
+    choice_informed_probabilities,
+    informed_p_yes,
+    numeric_informed_quantiles,
+    numeric_uninformed_quantiles,
+    uninformed_p_yes,
+)
+from futureworld.world.vocabulary import CHOICE_STRENGTH_WORDS
 
 _ASSISTANT_HEADER = "<|im_start|>assistant"
 _QUESTION_LINE = re.compile(r"Question: (.+)")
@@ -100,18 +120,74 @@ def seen_readings(text: str, question: SimQuestion, n_levels: int) -> list[int]:
     return list(found.values())
 
 
+def seen_choice_readings(text: str, question: SimChoiceQuestion) -> tuple[list[int], int | None]:
+    """The options (indices) the evidence shown in `text` names as the choice question's
+    favourite, one per article id, and the favourite's strength it states (None without)."""
+    options = question.options
+    strengths = "|".join(re.escape(w) for w in CHOICE_STRENGTH_WORDS)
+    names = "|".join(re.escape(o) for o in sorted(options, key=len, reverse=True))
+    claim = re.compile(
+        rf"see a ({strengths}) favourite in ({names}) to {re.escape(question.event)} first "
+        rf"among {re.escape(', '.join(options))} by {question.close_at:%Y-%m-%d}"
+    )
+    found: dict[str, int] = {}
+    strength = None
+    for article_id, line in _ARTICLE_ID.findall(text):
+        match = claim.search(line)
+        if match is not None and article_id not in found:
+            found[article_id] = options.index(match.group(2))
+            strength = CHOICE_STRENGTH_WORDS.index(match.group(1))
+    return list(found.values()), strength
+
+
+def seen_numeric_readings(
+    text: str, question: SimNumericQuestion
+) -> tuple[list[int], float | None]:
+    """The numbers the evidence shown in `text` reports for the numeric question, one per
+    article id, and the σ it states (None without)."""
+    claim = re.compile(
+        rf"estimate {re.escape(question.entity)} will report about (-?\d+) "
+        rf"{re.escape(question.quantity)} by {question.close_at:%Y-%m-%d}, give or take "
+        r"([0-9.]+)\."
+    )
+    found: dict[str, int] = {}
+    sigma = None
+    for article_id, line in _ARTICLE_ID.findall(text):
+        match = claim.search(line)
+        if match is not None and article_id not in found:
+            found[article_id] = int(match.group(1))
+            sigma = float(match.group(2))
+    return list(found.values()), sigma
+
+
+def research_query(question: SimMarket, *, poor: bool) -> str:
+    """The reference's query: a contiguous span of the title naming what the question is
+    about (module docstring), or with `poor` one entity alone."""
+    if isinstance(question, SimChoiceQuestion):
+        if poor:
+            return question.options[0]
+        names = ", ".join(question.options[:-1]) + f" or {question.options[-1]}"
+        return f"{names} will {question.event}"
+    if isinstance(question, SimNumericQuestion):
+        if poor:
+            return question.entity
+        return f"{question.quantity} will {question.entity} report"
+    return question.entity if poor else f"{question.entity} {question.event}"
+
+
 class ScriptedResearcher:
     """A backend that plays the reference researcher on the questions it is given."""
 
     def __init__(
         self,
         tokenizer: PreTrainedTokenizerBase,
-        questions: Sequence[SimQuestion],
+        questions: Sequence[SimMarket],
         world: World,
         policy: ResearcherPolicy,
     ) -> None:
         self._tokenizer = tokenizer
         self._by_title = {q.title: q for q in questions}
+        self._world = world
         self._config = world.config
         self._policy = policy
 
@@ -165,7 +241,7 @@ class ScriptedResearcher:
         opens = rng.random() < policy.open_rate
         noise = rng.gauss(0.0, policy.noise_logit)
         if turn == 0 and searches:
-            query = question.entity if poor else f"{question.entity} {question.event}"
+            query = research_query(question, poor=poor)
             # A leading space (the parser strips it): a byte-level BPE token for " Lorne" after
             # "Will" is another id than "Lorne" after ">", so without it the learner would have
             # to learn each name's second id; with it, copying the question's ids is the query.
@@ -175,8 +251,77 @@ class ScriptedResearcher:
             top = _ARTICLE_ID.search(results[-1]) if len(results) == 2 else None
             if top is not None:
                 return f"<open>{top.group(1)}</open>"
+        if isinstance(question, SimChoiceQuestion):
+            named, strength = seen_choice_readings(context, question)
+            probabilities = self.choice_answer(question, named, strength, rng)
+            return ANSWER_FORMATS[question.kind].write(probabilities, self._domain(question))
+        if isinstance(question, SimNumericQuestion):
+            numbers, sigma = seen_numeric_readings(context, question)
+            quantiles = self.numeric_answer(question, numbers, sigma, noise)
+            return ANSWER_FORMATS[question.kind].write(quantiles, self._domain(question))
         readings = seen_readings(context, question, self._config.n_levels)
         return write_probability(self.answer(readings, noise))
+
+    def _domain(self, question: SimMarket) -> Question:
+        return question.to_domain(source="manifold")
+
+    def choice_answer(
+        self,
+        question: SimChoiceQuestion,
+        named: Sequence[int],
+        strength: int | None,
+        rng: random.Random,
+    ) -> tuple[float, ...]:
+        """Over-confident option probabilities from the options the evidence named; 1/k each
+        without a reading; each log-probability gets its own noise (drawn from `rng`)."""
+        cfg, k = self._config, len(question.options)
+        if named and strength is not None:
+            posterior = choice_informed_probabilities(
+                named,
+                n_options=k,
+                favourite_p=cfg.choice_favourite_p[strength],
+                evidence_noise=cfg.evidence_noise,
+            )
+            logs = [self._policy.sharpening * math.log(p) for p in posterior]
+        else:
+            logs = [0.0] * k
+        logs = [v + rng.gauss(0.0, self._policy.noise_logit) for v in logs]
+        top = max(logs)
+        weights = [math.exp(v - top) for v in logs]
+        clipped = [min(P_RANGE[1], max(P_RANGE[0], w / sum(weights))) for w in weights]
+        return tuple(p / sum(clipped) for p in clipped)
+
+    def numeric_answer(
+        self,
+        question: SimNumericQuestion,
+        readings: Sequence[int],
+        sigma: float | None,
+        noise_logit: float,
+    ) -> tuple[float, ...]:
+        """Over-confident quantiles at QUANTILE_LEVELS from the readings and the stated σ; the
+        prior's without a reading. `noise_logit` (a draw of N(0, noise_logit²)) shifts them by
+        σ·noise_logit/2."""
+        if readings and sigma is not None:
+            quantiles = numeric_informed_quantiles(readings, sigma=sigma, levels=QUANTILE_LEVELS)
+            scale, sharpening = sigma, self._policy.sharpening
+        else:  # the prior, as binary's: not sharpened
+            sigmas = self._config.numeric_sigmas
+            quantiles = numeric_uninformed_quantiles(sigmas, QUANTILE_LEVELS)
+            scale, sharpening = max(sigmas), 1.0
+        median = quantiles[QUANTILE_LEVELS.index(0.5)]
+        shift = scale * noise_logit / 2.0
+        spec = question.spec
+        out = [
+            round(
+                min(
+                    spec.upper,
+                    max(spec.lower, median + shift + (q - median) / sharpening),
+                ),
+                1,
+            )
+            for q in quantiles
+        ]
+        return tuple(max(out[: i + 1]) for i in range(len(out)))
 
     def answer(self, readings: Sequence[int], noise_logit: float) -> float:
         """Over-confident P(yes) from the readings seen; the prior mean without any."""
@@ -196,19 +341,25 @@ class ScriptedResearcher:
         return min(P_RANGE[1], max(P_RANGE[0], p_yes))
 
 
-def warm_start_questions(world: World, days: int) -> list[tuple[SimQuestion, Question]]:
-    """Each question posed on days 0..days-1, with the question exactly as harvested (an id
+def warm_start_questions(world: World, days: int) -> list[tuple[SimMarket, Question]]:
+    """Each question posed on days 0..days-1 (a day's binary questions, then its choice and
+    numeric ones where the world poses them), with the question exactly as harvested (an id
     by its order: the engine needs one; demonstrations are never stored by question)."""
-    sims = [q for day in range(days) for q in world.questions_posed_on(day)]
-    return [
-        (sim, replace(as_harvested(world, sim.external_id), id=n + 1)) for n, sim in enumerate(sims)
-    ]
+    from flows.demo.kinds import as_harvested_kind
+
+    out: list[tuple[SimMarket, Question]] = []
+    for day in range(days):
+        for sim in world.questions_posed_on(day):
+            out.append((sim, replace(as_harvested(world, sim.external_id), id=len(out) + 1)))
+        for kind_sim in world.kind_questions_posed_on(day):
+            out.append((kind_sim, replace(as_harvested_kind(world, kind_sim), id=len(out) + 1)))
+    return out
 
 
 def research_demonstrations(
     tokenizer: PreTrainedTokenizerBase,
     world: World,
-    questions: Sequence[tuple[SimQuestion, Question]],
+    questions: Sequence[tuple[SimMarket, Question]],
     settings: GenerationSettings,
     policy: ResearcherPolicy,
     *,
@@ -258,7 +409,7 @@ def first_turn(trajectory: Trajectory) -> Trajectory:
 
 def tokenizer_texts(
     world: World,
-    questions: Sequence[tuple[SimQuestion, Question]],
+    questions: Sequence[tuple[SimMarket, Question]],
     settings: GenerationSettings,
     policy: ResearcherPolicy,
     *,

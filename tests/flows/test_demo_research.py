@@ -36,11 +36,20 @@ from flows.stages.train_options import TrainConfigError
 from flows.tracking import ReportTo
 from futureworld.agent.loop import run_tool
 from futureworld.agent.parsing import ActionKind, parse_action
-from futureworld.agent.prompts import encode_prompt, observation_frame
-from futureworld.domain import GenerationSettings, Trajectory, Turn
+from futureworld.agent.prompts import SYSTEM_PROMPTS, encode_prompt, observation_frame
+from futureworld.answers import parse_final_answer
+from futureworld.answers.choice import CHOICE
+from futureworld.domain import (
+    QUANTILE_LEVELS,
+    GenerationSettings,
+    QuestionKind,
+    Trajectory,
+    Turn,
+)
 from futureworld.policy.tiny import train_tokenizer
 from futureworld.rl.config import Estimator
 from futureworld.world import World, WorldConfig
+from futureworld.world.research import numeric_uninformed_quantiles
 from storage.engine import session_scope
 from storage.repositories.agents import get_agent
 from storage.repositories.training import agent_train_steps, training_run_statuses
@@ -209,6 +218,95 @@ def test_no_observation_shows_an_article_published_after_the_rollouts_as_of(warm
         for item, group in zip(late.questions, late_groups, strict=True)
         for i in seen_article_ids(group[0])
     )
+
+
+KIND_SETTINGS = replace(SETTINGS, max_new_tokens=64)
+
+
+@pytest.fixture(scope="module")
+def warm_kinds():
+    world = World(
+        WorldConfig(
+            seed=10_000,
+            questions_per_day=10,
+            choice_questions_per_day=12,
+            numeric_questions_per_day=12,
+            research=True,
+        )
+    )
+    questions = warm_start_questions(world, 2)
+    texts = tokenizer_texts(world, questions, KIND_SETTINGS, ResearcherPolicy(), seed=0)
+    return world, questions, train_tokenizer([*texts, *SYSTEM_PROMPTS.values()])
+
+
+def test_the_reference_researches_choice_and_numeric_questions_and_answers_the_posterior(
+    warm_kinds,
+) -> None:
+    """Searching every question with its good query, reading exactly and without noise, the
+    reference's choice and numeric answers are the world's informed forecast given what it
+    found (research.py), written in the kind's format: wherever it saw every evidence article,
+    the forecast an agent that reads all the evidence makes (to the format's precision)."""
+    world, questions, tokenizer = warm_kinds
+    exact = ResearcherPolicy(search_rate=1.0, poor_query_rate=0.0, sharpening=1.0, noise_logit=0.0)
+    demonstrations = research_demonstrations(
+        tokenizer, world, questions, KIND_SETTINGS, exact, seed=1
+    )
+    _, guid_of = world_corpus(world, max(q.info_cutoff_at for _, q in questions))
+    compared = {QuestionKind.CHOICE: 0, QuestionKind.NUMERIC: 0}
+    for (sim, question), demo in zip(questions, demonstrations, strict=True):
+        assert demo.parse_status == "ok", (question.title, demo.turns[-1].text)
+        query = parse_action(demo.turns[0].text).argument
+        assert query in question.title  # a contiguous span: the learner's query is a copy
+        if question.kind is QuestionKind.BINARY:
+            continue
+        evidence = {
+            i
+            for i, guid in guid_of.items()
+            if world.article(guid).question_id == sim.external_id
+            and world.article(guid).published_at <= question.info_cutoff_at
+        }
+        if not evidence or not evidence <= seen_article_ids(demo):
+            continue
+        informed = world.informed_forecast(sim.external_id)
+        if question.kind is QuestionKind.CHOICE:  # as written (2 decimals) and parsed back
+            written = parse_final_answer(CHOICE.write(informed, question), question)
+            assert demo.probabilities == pytest.approx(written.probabilities, abs=1e-9)
+        else:  # to 0.1
+            assert demo.quantiles == pytest.approx(informed, abs=0.05 + 1e-9)
+        compared[question.kind] += 1
+    assert compared[QuestionKind.CHOICE] >= 15 and compared[QuestionKind.NUMERIC] >= 15, compared
+
+
+def test_the_references_kind_answers_follow_what_it_read(warm_kinds) -> None:
+    """Without research the reference answers the prior (1/k each; the prior's quantiles),
+    and over-confidence sharpens what it read: its favourite's probability rises and its
+    numeric interval narrows around the same median."""
+    world, questions, tokenizer = warm_kinds
+    never = ResearcherPolicy(search_rate=0.0, noise_logit=0.0)
+    blind = research_demonstrations(tokenizer, world, questions, KIND_SETTINGS, never, seed=2)
+    sharp = ResearcherPolicy(search_rate=1.0, poor_query_rate=0.0, sharpening=2.0, noise_logit=0.0)
+    exact = replace(sharp, sharpening=1.0)
+    read = research_demonstrations(tokenizer, world, questions, KIND_SETTINGS, sharp, seed=2)
+    plain = research_demonstrations(tokenizer, world, questions, KIND_SETTINGS, exact, seed=2)
+    prior = numeric_uninformed_quantiles(world.config.numeric_sigmas, QUANTILE_LEVELS)
+    read_choice = read_numeric = 0
+    for (_, question), b, r, p in zip(questions, blind, read, plain, strict=True):
+        if question.kind is QuestionKind.CHOICE:
+            assert len(b.turns) == 1
+            assert b.probabilities == pytest.approx([1 / len(question.options)] * 4, abs=0.01)
+            if max(p.probabilities) > 0.3:
+                read_choice += 1
+                assert max(r.probabilities) > max(p.probabilities)
+        elif question.kind is QuestionKind.NUMERIC:
+            assert b.quantiles == pytest.approx(prior, abs=0.051)
+            if p.quantiles == b.quantiles:  # its search showed no reading: the prior again
+                assert r.quantiles == b.quantiles
+                continue
+            read_numeric += 1
+            width = r.quantiles[-1] - r.quantiles[0]
+            assert width == pytest.approx((p.quantiles[-1] - p.quantiles[0]) / 2, abs=0.2)
+            assert r.quantiles[2] == pytest.approx(p.quantiles[2], abs=0.051)
+    assert read_choice >= 10 and read_numeric >= 10, (read_choice, read_numeric)
 
 
 def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
