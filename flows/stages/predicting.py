@@ -4,8 +4,9 @@ baseline). Claims make concurrent workers safe and re-runs idempotent.
 
 Questions are claimed lazily, `forecaster.claim_batch` at a time, only when the forecaster
 pulls more work (the engine pulls while fewer than its `LOOKAHEAD_ROLLOUTS` rollouts are
-unfinished), so a worker holds claims on about what it is generating and has queued. Each group is persisted in its own transaction as soon as it is
-complete, together with the release of its claim: a crash loses at most the groups in flight
+unfinished), so a worker holds claims on about what it is generating and has queued. Each
+group is persisted in its own transaction as soon as it is complete, together with the
+release of its claim: a crash loses at most the groups in flight
 (and the at most `WRITE_QUEUE_GROUPS` complete ones waiting to be written) and leaves their
 claims to `release_dead_local_claims` or the lease.
 
