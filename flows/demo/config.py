@@ -113,7 +113,8 @@ class DemoConfig:
     """Held-out panel questions per choice or numeric kind, one sample each."""
     kind_max_new_tokens: int = 64
     """A turn's token budget when choice or numeric questions are posed: their answers are
-    longer than a probability."""
+    longer than a probability (on the research world, every research turn's, for the
+    reference's choice and numeric answers of up to 38 tokens)."""
     research: bool = False
     """Run on a research world (`WorldConfig(research=True)`): no question states its cue, its
     evidence articles do. The learner then researches multi-turn (`research_max_turns`, search
@@ -195,8 +196,6 @@ class DemoConfig:
             raise ValueError(
                 f"validation_fraction must be in [0, 1), got {self.validation_fraction}"
             )
-        if self.research and self.extra_kinds:
-            raise ValueError("the research demo poses binary questions only")
         if self.research and (self.research_max_turns < 3 or self.research_panel_questions < 1):
             raise ValueError("research needs max_turns >= 3 and research_panel_questions >= 1")
         self.researcher  # noqa: B018 — bad researcher rates fail here
@@ -225,10 +224,13 @@ class DemoConfig:
         `research_max_turns` brief turns of `research_max_new_tokens` each, with a belief
         elicited after each tool turn when the estimator credits turns by it."""
         if self.research:
+            turn_tokens = self.research_max_new_tokens
+            if self.extra_kinds:  # a choice or numeric answer is longer than a query
+                turn_tokens = max(turn_tokens, self.kind_max_new_tokens)
             return GenerationSettings(
                 temperature=self.temperature,
                 max_turns=self.research_max_turns,
-                max_new_tokens=self.research_max_new_tokens,
+                max_new_tokens=turn_tokens,
                 max_total_tokens=1024,
                 search_k=self.research_search_k,
                 brief_prompt=True,

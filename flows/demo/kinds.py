@@ -19,6 +19,7 @@ import numpy as np
 from flows.demo.kind_scores import KIND_PANELS, KindPanelScore
 from flows.demo.panel import CYCLE_HOUR, forecast_panel
 from futureworld.agent.demonstrations import Demonstration, demonstration_trajectory
+from futureworld.agent.tools import Corpus
 from futureworld.answers import ANSWER_FORMATS
 from futureworld.domain import (
     GenerationSettings,
@@ -91,13 +92,16 @@ def score_kind_panel(
     round_no: int,
     policy_version: int,
     seed: int,
+    corpus: Corpus | None = None,
 ) -> KindPanelScore:
-    """A policy forecasts a kind's panel (in memory, one sample a question, empty corpus)
-    through the rollout engine, as flows.demo.panel.score_panel does for binary questions."""
+    """A policy forecasts a kind's panel (in memory, one sample a question; an empty corpus
+    unless the research demo gives its panel world's) through the rollout engine, as
+    flows.demo.panel.score_panel does for binary questions."""
     groups = forecast_panel(
         backend,
         settings,
         [item.question for item in panel],
+        corpus=corpus,
         policy_version=policy_version,
         samples=1,
         seed=seed,

@@ -8,6 +8,10 @@ world, so search faces the same crowd of same-entity articles. Each question car
 informed floor (World.informed_probability) and its evidence articles' corpus ids, so a
 rollout's observations can be checked for them. Seeds as in flows.demo.panel: the same per
 (seed, question, sample) in every round, so rounds are compared with common random numbers.
+
+With choice and numeric questions (`--kinds`), the panel world poses them too, their
+evidence and lures in the same corpus, and each kind's panel (flows.demo.kinds) is researched
+over that corpus and scored as the binary-world demo scores it (flows.demo.kind_scores).
 """
 
 from __future__ import annotations
@@ -19,12 +23,20 @@ from enum import StrEnum
 
 from sqlalchemy.orm import Session
 
+from flows.demo.kind_scores import KindPanelScore
+from flows.demo.kinds import KindPanelQuestion, build_kind_panel, score_kind_panel
 from flows.demo.panel import PanelScore, as_harvested, forecast_panel, panel_score
 from flows.demo.panel import panel_world as demo_panel_world
 from flows.demo.researcher import world_corpus
 from futureworld.agent.parsing import ActionKind
 from futureworld.agent.tools import InMemoryCorpus
-from futureworld.domain import GenerationSettings, ParseStatus, Question, Trajectory
+from futureworld.domain import (
+    GenerationSettings,
+    ParseStatus,
+    Question,
+    QuestionKind,
+    Trajectory,
+)
 from futureworld.policy.base import PolicyBackend
 from futureworld.scoring import brier
 from futureworld.world import ArticleKind, World, WorldConfig
@@ -74,6 +86,8 @@ class ResearchPanel:
     corpus: InMemoryCorpus
     published_at: dict[int, datetime]
     """Each corpus id's publication time (for the no-look-ahead check)."""
+    kind_panels: dict[QuestionKind, tuple[KindPanelQuestion, ...]] = field(default_factory=dict)
+    """Each extra kind's panel, from the same world, researched over the same corpus."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,8 @@ class ResearchRound:
     """Per research path: the summed squared error of its answered rollouts, and their count
     (whether reading what it found pays: a policy that finds evidence and misreads it is
     rightly taught to stop searching)."""
+    kinds: tuple[KindPanelScore, ...] = ()
+    """Each extra kind's panel score, researched over the same corpus."""
 
     def path_brier(self, path: ResearchPath) -> float:
         """Brier of the answered rollouts that took `path` (per rollout; NaN with none)."""
@@ -123,30 +139,58 @@ class ResearchRound:
         return self.generated_tokens / self.rollouts
 
 
-def panel_world(seed: int, questions_per_day: int, *, max_horizon_days: int) -> World:
-    """The research world the panel of demo seed `seed` is drawn from (no cancellations)."""
+def panel_world(
+    seed: int,
+    questions_per_day: int,
+    *,
+    max_horizon_days: int,
+    kinds: Sequence[QuestionKind] = (),
+    kind_questions_per_day: int = 0,
+) -> World:
+    """The research world the panel of demo seed `seed` is drawn from (no cancellations),
+    posing `kind_questions_per_day` questions a day of each extra kind in `kinds`."""
     base = WorldConfig(
         seed=seed,
         questions_per_day=questions_per_day,
         max_horizon_days=max_horizon_days,
         research=True,
+        choice_questions_per_day=kind_questions_per_day if QuestionKind.CHOICE in kinds else 0,
+        numeric_questions_per_day=kind_questions_per_day if QuestionKind.NUMERIC in kinds else 0,
     )
     return demo_panel_world(base, questions_per_day)
 
 
 def build_research_panel(
-    seed: int, n: int, questions_per_day: int, *, max_horizon_days: int
+    seed: int,
+    n: int,
+    questions_per_day: int,
+    *,
+    max_horizon_days: int,
+    kinds: Sequence[QuestionKind] = (),
+    kind_questions_per_day: int = 0,
+    kind_n: int = 0,
 ) -> ResearchPanel:
     """The first `n` binary questions of the panel world from day 0 on, with outcomes, both
-    floors and evidence ids, and the corpus of every article published by the last cut-off."""
-    world = panel_world(seed, questions_per_day, max_horizon_days=max_horizon_days)
+    floors and evidence ids, the first `kind_n` of each extra kind in `kinds`, and the corpus
+    of every article published by the last cut-off of any of them."""
+    extra = [k for k in kinds if k is not QuestionKind.BINARY]
+    world = panel_world(
+        seed,
+        questions_per_day,
+        max_horizon_days=max_horizon_days,
+        kinds=extra,
+        kind_questions_per_day=kind_questions_per_day,
+    )
     sims = []
     day = 0
     while len(sims) < n:
         sims += world.questions_posed_on(day)[: n - len(sims)]
         day += 1
     harvested = [as_harvested(world, s.external_id) for s in sims]
-    corpus, guid_of = world_corpus(world, max(q.info_cutoff_at for q in harvested))
+    kind_panels = {kind: tuple(build_kind_panel(world, kind, kind_n)) for kind in extra}
+    cutoffs = [q.info_cutoff_at for q in harvested]
+    cutoffs += [item.question.info_cutoff_at for p in kind_panels.values() for item in p]
+    corpus, guid_of = world_corpus(world, max(cutoffs))
     id_of = {guid: i for i, guid in guid_of.items()}
     published = {i: world.article(g).published_at for i, g in guid_of.items()}
     evidence: dict[str, set[int]] = {}
@@ -166,7 +210,7 @@ def build_research_panel(
                 evidence_ids=frozenset(evidence.get(sim.external_id, ())),
             )
         )
-    return ResearchPanel(tuple(out), corpus, published)
+    return ResearchPanel(tuple(out), corpus, published, kind_panels)
 
 
 def forecast_research_panel(
@@ -209,7 +253,21 @@ def score_research_panel(
     groups = forecast_research_panel(
         backend, settings, panel, policy_version=policy_version, samples=samples, seed=seed
     )
-    return research_round(panel, groups, round_no=round_no, policy_version=policy_version)
+    scores = research_round(panel, groups, round_no=round_no, policy_version=policy_version)
+    kinds = tuple(
+        score_kind_panel(
+            backend,
+            settings,
+            kind,
+            kind_panel,
+            round_no=round_no,
+            policy_version=policy_version,
+            seed=seed,
+            corpus=panel.corpus,
+        )
+        for kind, kind_panel in panel.kind_panels.items()
+    )
+    return replace(scores, kinds=kinds)
 
 
 def research_round(

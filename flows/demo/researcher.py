@@ -23,7 +23,8 @@ states), each log-probability × `sharpening` plus its own Gaussian noise, renor
 numeric answer the posterior mixture's quantiles given the readings and the σ the evidence
 states (research.numeric_informed_quantiles), pulled towards their median by `sharpening` and
 shifted by Gaussian noise of sd σ·noise_logit/2. Without readings: 1/k each, or the prior's
-quantiles, not sharpened (as binary's prior), with the same noise. Each written in its kind's canonical format (futureworld.answers).
+quantiles, not sharpened (as binary's prior), with the same noise. Each is written in its
+kind's canonical format (futureworld.answers).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints
 
 from flows.demo.kind_scores import KindPanelScore
 from flows.demo.panel import PanelScore
@@ -259,7 +259,9 @@ def _plain(value: Any) -> Any:
 
 
 def _rebuilt(cls: type, record: dict[str, Any]) -> Any:
-    """A frozen score dataclass from `_plain`'s record of it (floats round-trip exactly)."""
+    """A frozen score dataclass from `_plain`'s record of it (floats round-trip exactly;
+    nested score dataclasses, tuples of them, enums and dicts keyed by enums come back as
+    they were)."""
     hints = get_type_hints(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
@@ -267,7 +269,17 @@ def _rebuilt(cls: type, record: dict[str, Any]) -> Any:
         if dataclasses.is_dataclass(hint):
             value = _rebuilt(hint, value)  # type: ignore[arg-type]
         elif get_origin(hint) is tuple:
-            value = tuple(value)
+            item = get_args(hint)[0]
+            nested = dataclasses.is_dataclass(item)
+            value = tuple(_rebuilt(item, v) if nested else v for v in value)
+        elif get_origin(hint) is dict:  # e.g. {ResearchPath: (total, n)}
+            key, item = get_args(hint)
+            value = {
+                key(k) if isinstance(key, type) and issubclass(key, Enum) else k: (
+                    tuple(v) if get_origin(item) is tuple else v
+                )
+                for k, v in value.items()
+            }
         elif isinstance(hint, type) and issubclass(hint, Enum):
             value = hint(value)
         values[f.name] = value

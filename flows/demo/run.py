@@ -39,9 +39,14 @@ search and open (the daily cycle's predict searches the demo's SQLite store of h
 articles), the warm start is the rollout engine's own trajectories of a scripted reference
 researcher over the warm world's articles (flows.demo.researcher), and each round's policy
 researches a held-out research panel over its world's articles (flows.demo.research_panel);
-the report adds each round's research rates, both floors and the gap closed. Every report
-lists the versions and the promotion gate's verdicts; the gate holds out
-`validation_fraction` of the live questions (FW_VALIDATION_FRACTION of the flows).
+the report adds each round's research rates, both floors and the gap closed. With `kinds`
+on a research world, the choice and numeric questions are researched too: the reference
+researches them in the warm start (flows.demo.researcher), the panel world poses them and
+each round researches their panels over the same corpus (flows.demo.research_panel), scored
+and reported as without research (their floor there is the true distribution's score, below
+the informed one). Every report lists the versions and the promotion gate's verdicts; the
+gate holds out `validation_fraction` of the live questions (FW_VALIDATION_FRACTION of the
+flows).
 """
 
 from __future__ import annotations
@@ -194,16 +199,20 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             config.research_panel_questions,
             config.questions_per_day,
             max_horizon_days=config.max_horizon_days,
+            kinds=config.extra_kinds,
+            kind_questions_per_day=config.kind_questions_per_day,
+            kind_n=config.kind_panel_questions,
         )
+        kind_panels = {}  # researched with the research panel, over its world's corpus
     else:
         panel = build_panel(panels_from, config.panel_questions)
+        kind_panels = {
+            kind: build_kind_panel(panels_from, kind, config.kind_panel_questions)
+            for kind in config.extra_kinds
+        }
     panels: list[PanelScore] = []
     research_rounds: list[ResearchRound] = []
-    kind_panels = {
-        kind: build_kind_panel(panels_from, kind, config.kind_panel_questions)
-        for kind in config.extra_kinds
-    }
-    kind_scores: dict[QuestionKind, list[KindPanelScore]] = {k: [] for k in kind_panels}
+    kind_scores: dict[QuestionKind, list[KindPanelScore]] = {k: [] for k in config.extra_kinds}
     log_path = out_dir / "demo.log"
     earlier = log_path.read_text() if resumed and log_path.exists() else ""
     round_log = RoundLog(log_path)
@@ -218,6 +227,8 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         if isinstance(scores, ResearchRound):
             panels.append(scores.score)
             research_rounds.append(scores)
+            for score in scores.kinds:
+                kind_scores[score.kind].append(score)
         else:
             panels.append(scores[0])
             for kind, score in scores[1].items():
@@ -225,7 +236,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         if kept:
             return
         if isinstance(scores, ResearchRound):
-            round_log.write(scores.score, research=scores)
+            round_log.write(scores.score, list(scores.kinds), research=scores)
         else:
             round_log.write(scores[0], list(scores[1].values()))
         saved.round_scored(scores)
@@ -300,7 +311,8 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         with session_scope(engine) as session:
             live = live_research(session, ctx.agent(LEARNER).id or 0, world, round_of)
         research = research_summary(research_rounds, saved.demonstration_research, live)
-        extra_markdown, sections["research"] = research_report(research, out_dir)
+        research_markdown, sections["research"] = research_report(research, out_dir)
+        extra_markdown = "\n\n".join(m for m in (research_markdown, extra_markdown) if m)
     lineage = lineage_rows(version_lineage(ctx, LEARNER), metrics)
     lineage_markdown, sections["lineage"] = lineage_report(lineage, config.validation_fraction)
     path = write_report(

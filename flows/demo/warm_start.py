@@ -60,7 +60,11 @@ def warm_start(config: DemoConfig, settings: Settings, *, as_of: datetime) -> li
         texts = [SYSTEM_PROMPT, *(f"{q.title} {q.background}" for q, _ in examples)]
     texts += [answer_text(k / 100) for k in range(101)]
     kind_examples = []
-    if config.extra_kinds:
+    if config.extra_kinds and config.research:
+        # The research reference's rollouts of the warm world's choice and numeric questions
+        # are among research_questions (researcher.warm_start_questions); their texts too.
+        texts += [SYSTEM_PROMPTS[k] for k in config.extra_kinds]
+    elif config.extra_kinds:
         kind_examples = kind_warm_start_examples(
             warm_world,
             config.sft_days,

@@ -18,6 +18,7 @@ from flows.demo.research_panel import (
     forecast_research_panel,
     panel_world,
     research_path,
+    score_research_panel,
     seen_article_ids,
 )
 from flows.demo.researcher import (
@@ -67,8 +68,12 @@ def test_research_is_off_by_default_and_the_default_demo_keeps_its_settings() ->
     research = DemoConfig(research=True, seed=2)
     assert research.world_config(seed=2) == WorldConfig(seed=2, research=True)
     assert research.generation.max_turns >= 3 and research.generation.seed == 2
-    with pytest.raises(ValueError, match="binary questions only"):
-        DemoConfig(research=True, kinds=("binary", "choice"))
+    # Choice and numeric questions are researched too; their answers need longer turns.
+    kinds = DemoConfig(research=True, kinds=("binary", "choice", "numeric"))
+    assert kinds.world_config(seed=0) == WorldConfig(
+        seed=0, research=True, choice_questions_per_day=10, numeric_questions_per_day=10
+    )
+    assert kinds.generation.max_new_tokens == kinds.kind_max_new_tokens == 64
     with pytest.raises(ValueError, match="validation_fraction"):
         DemoConfig(validation_fraction=1.0)
 
@@ -309,6 +314,39 @@ def test_the_references_kind_answers_follow_what_it_read(warm_kinds) -> None:
     assert read_choice >= 10 and read_numeric >= 10, (read_choice, read_numeric)
 
 
+def test_the_research_panels_choice_and_numeric_questions_are_researched_over_its_corpus(
+    warm_kinds,
+) -> None:
+    """The kind panels come from the research panel's world, their evidence is in its corpus,
+    and a reader that searches and reads them scores well below the uniform forecast; one
+    that never searches scores the uniform forecast (the uninformed floor)."""
+    _, _, tokenizer = warm_kinds
+    kinds = (QuestionKind.CHOICE, QuestionKind.NUMERIC)
+    panel = build_research_panel(
+        7, 20, 10, max_horizon_days=2, kinds=kinds, kind_questions_per_day=12, kind_n=40
+    )
+    assert [len(panel.kind_panels[k]) for k in kinds] == [40, 40]
+    world = panel_world(7, 10, max_horizon_days=2, kinds=kinds, kind_questions_per_day=12)
+    sims = [world.question(item.question.external_id) for item in panel.questions]
+    sims += [item.sim for k in kinds for item in panel.kind_panels[k]]
+    scores = {}
+    for name, policy in (
+        ("reads", ResearcherPolicy(search_rate=1.0, poor_query_rate=0.0, noise_logit=0.0)),
+        ("never", ResearcherPolicy(search_rate=0.0, noise_logit=0.0)),
+    ):
+        backend = ScriptedResearcher(tokenizer, sims, world, policy)
+        scored = score_research_panel(
+            backend, KIND_SETTINGS, panel, round_no=0, policy_version=0, samples=1, seed=0
+        )
+        assert [k.kind for k in scored.kinds] == list(kinds)
+        assert all(k.parse_rate == 1.0 for k in scored.kinds)
+        scores[name] = {k.kind: k.mean_score for k in scored.kinds}
+    # multiclass Brier of 1/4 each: 0.75; CRPS of the prior's quantiles: about 21
+    assert scores["never"][QuestionKind.CHOICE] == pytest.approx(0.75)
+    assert scores["reads"][QuestionKind.CHOICE] < 0.7
+    assert scores["reads"][QuestionKind.NUMERIC] < 0.6 * scores["never"][QuestionKind.NUMERIC]
+
+
 def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
     prefect_harness, tmp_path
 ) -> None:
@@ -368,6 +406,42 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
     for name, run in events.items():  # and each RL update's, as the flows ran them
         steps = run.Scalars("train/loss")
         assert steps and run.Scalars("update/rollouts"), name
+
+
+def test_a_ci_sized_research_demo_with_choice_and_numeric_questions_scores_every_kind(
+    prefect_harness, tmp_path
+) -> None:
+    """The research demo with `--kinds binary,choice,numeric`: the warm start learns the
+    reference's research of every kind, and each round researches and scores the choice and
+    numeric panels beside the binary one, in the report and its metrics."""
+    config = DemoConfig(
+        out_dir=tmp_path / "demo",
+        research=True,
+        kinds=("binary", "choice", "numeric"),
+        rounds=2,
+        questions_per_day=8,
+        kind_questions_per_day=4,
+        samples=4,
+        research_panel_questions=30,
+        kind_panel_questions=20,
+        research_sft_days=2,
+        research_drill_days=0,
+        research_sft_groups_per_step=4,
+        research_sft_learning_rate=2e-3,
+    )
+    result = run_demo(config)
+    assert result.research is not None and len(result.research.rounds) == config.rounds
+    for kind in (QuestionKind.CHOICE, QuestionKind.NUMERIC):
+        scores = result.kind_scores[kind]
+        assert [s.round for s in scores] == [0, 1], kind
+        assert [s.policy_version for s in scores] == [
+            r.policy_version for r in result.research.rounds
+        ]
+        assert all(len(s.score) + s.unparsed == config.kind_panel_questions for s in scores)
+    metrics = json.loads((result.out_dir / "metrics.json").read_text())
+    assert {"choice", "numeric"} <= set(metrics["kinds"]), sorted(metrics)
+    report = (result.out_dir / "report.md").read_text()
+    assert "## Research" in report and "## Choice and numeric questions" in report
 
 
 def _events(run_dir):

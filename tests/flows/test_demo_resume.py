@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from flows.cli import app
 from flows.demo.config import DemoConfig
 from flows.demo.kind_scores import KindPanelScore
 from flows.demo.panel import PanelScore
+from flows.demo.research_panel import ResearchPath, ResearchRound
 from flows.demo.resume import MANIFEST, DemoState, ResumeRefused, load_state
 from flows.demo.run import run_demo
 from futureworld.domain import QuestionKind
@@ -234,6 +236,26 @@ def test_a_rounds_panel_scores_come_back_from_the_state_exactly(tmp_path):
     assert loaded.scored_rounds() == [(panel, {QuestionKind.CHOICE: choice})]
     assert loaded.unscored_rounds() == [] and loaded.rounds[0].panel is not None
     assert loaded.rounds[0].panel["parse_rate"] == 0.75
+
+    # A research round, with the kind panels researched beside it, comes back as it was.
+    research = ResearchRound(
+        score=panel,
+        rollouts=4,
+        searched=3,
+        found_evidence=2,
+        first_turn_tool_calls=3,
+        assistant_turns=9,
+        generated_tokens=40,
+        uninformed_brier=0.25,
+        path_errors={ResearchPath.FOUND: (0.125, 2), ResearchPath.UNSEARCHED: (0.5, 1)},
+        kinds=(choice, replace(choice, kind=QuestionKind.NUMERIC, score=(12.5, 3.0))),
+    )
+    saved.round_cycled(1, 2)
+    saved.round_scored(replace(research, score=replace(panel, round=1, policy_version=2)))
+    [_, back] = load_state(tmp_path, DemoConfig(rounds=2)).scored_rounds()
+    assert back == replace(research, score=replace(panel, round=1, policy_version=2))
+    assert back.path_brier(ResearchPath.FOUND) == 0.0625
+    assert [k.kind for k in back.kinds] == [QuestionKind.CHOICE, QuestionKind.NUMERIC]
 
 
 def test_the_heartbeat_interval_is_fw_heartbeat_s_and_a_bad_one_is_refused(monkeypatch):
