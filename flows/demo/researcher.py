@@ -302,8 +302,17 @@ class ScriptedResearcher:
         """Over-confident quantiles at QUANTILE_LEVELS from the readings and the stated σ; the
         prior's without a reading. `noise_logit` (a draw of N(0, noise_logit²)) shifts them by
         σ·noise_logit/2."""
+        informed = None
         if readings and sigma is not None:
-            quantiles = numeric_informed_quantiles(readings, sigma=sigma, levels=QUANTILE_LEVELS)
+            try:
+                informed = numeric_informed_quantiles(readings, sigma=sigma, levels=QUANTILE_LEVELS)
+            except ValueError:
+                # Two questions can share entity, quantity and close date: their readings
+                # mixed can be impossible for either, and the reference falls back on the
+                # prior, as for binary questions.
+                informed = None
+        if informed is not None and sigma is not None:
+            quantiles = informed
             scale, sharpening = sigma, self._policy.sharpening
         else:  # the prior, as binary's: not sharpened
             sigmas = self._config.numeric_sigmas

@@ -50,6 +50,7 @@ from futureworld.domain import (
 from futureworld.policy.tiny import train_tokenizer
 from futureworld.rl.config import Estimator
 from futureworld.world import World, WorldConfig
+from futureworld.world.questions import SimNumericQuestion
 from futureworld.world.research import numeric_uninformed_quantiles
 from storage.engine import session_scope
 from storage.repositories.agents import get_agent
@@ -312,6 +313,19 @@ def test_the_references_kind_answers_follow_what_it_read(warm_kinds) -> None:
             assert width == pytest.approx((p.quantiles[-1] - p.quantiles[0]) / 2, abs=0.2)
             assert r.quantiles[2] == pytest.approx(p.quantiles[2], abs=0.051)
     assert read_choice >= 10 and read_numeric >= 10, (read_choice, read_numeric)
+
+
+def test_readings_no_mean_can_give_fall_back_on_the_prior(warm_kinds) -> None:
+    """Two numeric questions can share entity, quantity and close date; their readings seen
+    together (34 and 139 at σ 10) are impossible for either, and the reference answers the
+    prior instead of failing the warm start."""
+    world, questions, tokenizer = warm_kinds
+    sim = next(s for s, _ in questions if isinstance(s, SimNumericQuestion))
+    reference = ScriptedResearcher(tokenizer, [sim], world, ResearcherPolicy(noise_logit=0.0))
+    prior = numeric_uninformed_quantiles(world.config.numeric_sigmas, QUANTILE_LEVELS)
+    fallback = reference.numeric_answer(sim, [34, 139], 10.0, 0.0)
+    assert fallback == pytest.approx(prior, abs=0.051)
+    assert reference.numeric_answer(sim, [34], 10.0, 0.0) != fallback
 
 
 def test_the_research_panels_choice_and_numeric_questions_are_researched_over_its_corpus(
