@@ -100,27 +100,41 @@ def kind_report(
         rules = KIND_PANELS[kind]
         name, calibration = rules.table_score_name, rules.calibration_name
         coverage = rules.reports_coverage_50
+        # On a research world: the informed and uninformed floors (research_panel.py).
+        floors = all(r.informed_score is not None for r in rounds)
         lines += [
             f"**{kind}, round 0 → round {rounds[-1].round}** (paired bootstrap over "
             f"{len({q for r in rounds for q in r.question})} panel questions): {verdict}.",
             "",
             f"| round | version | n | {name} | {calibration} | "
             + ("50% coverage | " if coverage else "")
-            + "truth's score (floor) | parsed |",
-            "|---" * (8 if coverage else 7) + "|",
+            + "truth's score (floor) | "
+            + ("informed floor | uninformed floor | " if floors else "")
+            + "parsed |",
+            "|---" * (7 + coverage + 2 * floors) + "|",
         ]
         for r in rounds:
             middle = f"{r.coverage_50:.3f} | " if coverage else ""
+            informed = f"{r.informed_score:.4f} | {r.uninformed_score:.4f} | " if floors else ""
             lines.append(
                 f"| {r.round} | {r.policy_version} | {len(r.score)} | {r.mean_score:.4f} | "
-                f"{r.calibration:.4f} | {middle}{r.true_score:.4f} | {r.parse_rate:.2f} |"
+                f"{r.calibration:.4f} | {middle}{r.true_score:.4f} | {informed}"
+                f"{r.parse_rate:.2f} |"
             )
         lines += ["", f"![{kind} by round]({kind}_by_round.png)", ""]
+        series = {
+            "forecaster (panel)": [(r.round, r.mean_score) for r in rounds],
+            "true distribution (floor)": [(r.round, r.true_score) for r in rounds],
+        }
+        if floors:
+            series["all evidence read (informed floor)"] = [
+                (r.round, r.informed_score) for r in rounds
+            ]
+            series["no research (uninformed floor)"] = [
+                (r.round, r.uninformed_score) for r in rounds
+            ]
         plot_metric_by_round(
-            {
-                "forecaster (panel)": [(r.round, r.mean_score) for r in rounds],
-                "true distribution (floor)": [(r.round, r.true_score) for r in rounds],
-            },
+            series,
             out_dir / f"{kind}_by_round.png",
             metric=name,
             title=f"{kind} questions: {name} by round (lower is better)",
@@ -135,6 +149,8 @@ def kind_report(
                     "calibration": r.calibration,
                     "coverage_50": r.coverage_50 if coverage else None,
                     "true_score": r.true_score,
+                    "informed_score": r.informed_score,
+                    "uninformed_score": r.uninformed_score,
                     "parse_rate": r.parse_rate,
                 }
                 for r in rounds

@@ -35,6 +35,11 @@ class KindPanelScore:
     true_score: float
     """The truth's mean score on the whole panel: the floor."""
     unparsed: int
+    informed_score: float | None = None
+    """On a research world: the mean score of the forecasts given all of each question's
+    evidence (the informed floor, above the truth's); None elsewhere."""
+    uninformed_score: float | None = None
+    """On a research world: the prior's mean score (the uninformed floor); None elsewhere."""
 
     @property
     def parse_rate(self) -> float:

@@ -55,6 +55,11 @@ class KindPanelQuestion:
     outcome: float
     sim: SimKindQuestion
     """The world's question, holding its true distribution."""
+    informed: tuple[float, ...] | None = None
+    """On a research world: the forecast of an agent that reads all the question's evidence
+    (World.informed_forecast), the informed floor; None elsewhere."""
+    uninformed: tuple[float, ...] | None = None
+    """On a research world: the forecast of one that never searches, the uninformed floor."""
 
 
 def build_kind_panel(world: World, kind: QuestionKind, n: int) -> list[KindPanelQuestion]:
@@ -81,6 +86,23 @@ def build_kind_panel(world: World, kind: QuestionKind, n: int) -> list[KindPanel
 def _true_score(item: KindPanelQuestion) -> float:
     panel = KIND_PANELS[item.question.kind]
     return panel.score(item.question, panel.true_forecast(item.sim), item.outcome)[0]
+
+
+def _floor(panel: Sequence[KindPanelQuestion], which: str) -> float | None:
+    """The panel's mean score of its `which` ("informed" or "uninformed") forecasts; None off
+    a research world."""
+    forecasts = [getattr(item, which) for item in panel]
+    if not panel or any(f is None for f in forecasts):
+        return None
+    rules = KIND_PANELS[panel[0].question.kind]
+    return float(
+        np.mean(
+            [
+                rules.score(item.question, forecast, item.outcome)[0]
+                for item, forecast in zip(panel, forecasts, strict=True)
+            ]
+        )
+    )
 
 
 def score_kind_panel(
@@ -130,6 +152,8 @@ def score_kind_panel(
         confidence=tuple(confidence),
         hit=tuple(hit),
         true_score=float(np.mean([_true_score(item) for item in panel])),
+        informed_score=_floor(panel, "informed"),
+        uninformed_score=_floor(panel, "uninformed"),
         unparsed=unparsed,
     )
 

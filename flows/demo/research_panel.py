@@ -187,7 +187,17 @@ def build_research_panel(
         sims += world.questions_posed_on(day)[: n - len(sims)]
         day += 1
     harvested = [as_harvested(world, s.external_id) for s in sims]
-    kind_panels = {kind: tuple(build_kind_panel(world, kind, kind_n)) for kind in extra}
+    kind_panels = {
+        kind: tuple(
+            replace(
+                item,
+                informed=world.informed_forecast(item.sim.external_id),
+                uninformed=world.uninformed_forecast(item.sim.external_id),
+            )
+            for item in build_kind_panel(world, kind, kind_n)
+        )
+        for kind in extra
+    }
     cutoffs = [q.info_cutoff_at for q in harvested]
     cutoffs += [item.question.info_cutoff_at for p in kind_panels.values() for item in p]
     corpus, guid_of = world_corpus(world, max(cutoffs))

@@ -265,6 +265,8 @@ def _rebuilt(cls: type, record: dict[str, Any]) -> Any:
     hints = get_type_hints(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
+        if f.name not in record and f.default is not dataclasses.MISSING:
+            continue  # a field added since the state was written: its default
         hint, value = hints[f.name], record[f.name]
         if dataclasses.is_dataclass(hint):
             value = _rebuilt(hint, value)  # type: ignore[arg-type]

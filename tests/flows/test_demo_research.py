@@ -355,10 +355,19 @@ def test_the_research_panels_choice_and_numeric_questions_are_researched_over_it
         assert [k.kind for k in scored.kinds] == list(kinds)
         assert all(k.parse_rate == 1.0 for k in scored.kinds)
         scores[name] = {k.kind: k.mean_score for k in scored.kinds}
-    # multiclass Brier of 1/4 each: 0.75; CRPS of the prior's quantiles: about 21
+        floors = {k.kind: (k.informed_score, k.uninformed_score) for k in scored.kinds}
+    # multiclass Brier of 1/4 each: 0.75, the uninformed floor; the numeric prior's CRPS
     assert scores["never"][QuestionKind.CHOICE] == pytest.approx(0.75)
+    assert floors[QuestionKind.CHOICE][1] == pytest.approx(0.75)
+    assert scores["never"][QuestionKind.NUMERIC] == pytest.approx(
+        floors[QuestionKind.NUMERIC][1], abs=1e-3
+    )
     assert scores["reads"][QuestionKind.CHOICE] < 0.7
     assert scores["reads"][QuestionKind.NUMERIC] < 0.6 * scores["never"][QuestionKind.NUMERIC]
+    for kind in kinds:  # reading all the evidence beats the prior; the over-confident reader
+        informed, uninformed = floors[kind]  # (sharpening 2) does not beat that floor
+        assert informed < 0.9 * uninformed, (kind, floors[kind])
+        assert scores["reads"][kind] > informed - 0.01, (kind, scores["reads"][kind], informed)
 
 
 def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
@@ -456,6 +465,10 @@ def test_a_ci_sized_research_demo_with_choice_and_numeric_questions_scores_every
     assert {"choice", "numeric"} <= set(metrics["kinds"]), sorted(metrics)
     report = (result.out_dir / "report.md").read_text()
     assert "## Research" in report and "## Choice and numeric questions" in report
+    assert "| informed floor | uninformed floor |" in report  # both kinds' floors
+    for kind in ("choice", "numeric"):
+        first = metrics["kinds"][kind]["rounds"][0]
+        assert first["informed_score"] < first["uninformed_score"], first
 
 
 def _events(run_dir):
