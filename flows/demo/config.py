@@ -164,6 +164,9 @@ class DemoConfig:
     """Its answers' log-odds are this multiple of the posterior from the readings it saw."""
     research_noise_logit: float = 0.5
     """Std of the Gaussian noise on its answers' log-odds."""
+    research_plain_kind_answers: bool = False
+    """The reference's choice and numeric answers in few stereotyped shapes
+    (ResearcherPolicy.plain_kind_answers)."""
     validation_fraction: float = 0.1
     """Share of the live questions the promotion gate holds out of every update and judges
     each candidate version on (FW_VALIDATION_FRACTION of the flows; 0 turns the gate off).
@@ -257,6 +260,7 @@ class DemoConfig:
             open_rate=self.research_open_rate,
             sharpening=self.research_sharpening,
             noise_logit=self.research_noise_logit,
+            plain_kind_answers=self.research_plain_kind_answers,
         )
 
     @property

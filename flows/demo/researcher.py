@@ -80,6 +80,9 @@ class ResearcherPolicy:
     """The answer's log-odds are this multiple of the posterior's (over-confidence)."""
     noise_logit: float = 0.5
     """Std of the Gaussian noise on the answer's log-odds."""
+    plain_kind_answers: bool = False
+    """Choice and numeric answers in a few stereotyped shapes: the top option's probability on
+    a 0.05 grid and the rest shared equally; whole-number quantiles."""
 
     def __post_init__(self) -> None:
         for name in ("search_rate", "poor_query_rate", "open_rate"):
@@ -290,7 +293,13 @@ class ScriptedResearcher:
         top = max(logs)
         weights = [math.exp(v - top) for v in logs]
         clipped = [min(P_RANGE[1], max(P_RANGE[0], w / sum(weights))) for w in weights]
-        return tuple(p / sum(clipped) for p in clipped)
+        probabilities = [p / sum(clipped) for p in clipped]
+        if not self._policy.plain_kind_answers:
+            return tuple(probabilities)
+        top = max(range(k), key=lambda i: probabilities[i])
+        p_top = min(0.95, max(0.3, round(probabilities[top] / 0.05) * 0.05))
+        rest = round((1.0 - p_top) / (k - 1), 2)
+        return tuple(round(p_top, 2) if i == top else rest for i in range(k))
 
     def numeric_answer(
         self,
@@ -331,6 +340,8 @@ class ScriptedResearcher:
             )
             for q in quantiles
         ]
+        if self._policy.plain_kind_answers:
+            out = [float(round(q)) for q in out]
         return tuple(max(out[: i + 1]) for i in range(len(out)))
 
     def answer(self, readings: Sequence[int], noise_logit: float) -> float:

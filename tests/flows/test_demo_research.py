@@ -315,6 +315,36 @@ def test_the_references_kind_answers_follow_what_it_read(warm_kinds) -> None:
     assert read_choice >= 10 and read_numeric >= 10, (read_choice, read_numeric)
 
 
+def test_plain_kind_answers_take_few_shapes_and_parse(warm_kinds) -> None:
+    """With `plain_kind_answers` a choice answer is its top option's probability on a 0.05
+    grid and the rest shared equally, a numeric one whole numbers: every answer parses, in
+    few distinct shapes, with the same top option and median as the plain posterior's."""
+    world, questions, tokenizer = warm_kinds
+    policy = ResearcherPolicy(search_rate=1.0, poor_query_rate=0.0)
+    fine = research_demonstrations(tokenizer, world, questions, KIND_SETTINGS, policy, seed=4)
+    plain_policy = replace(policy, plain_kind_answers=True)
+    plain = research_demonstrations(
+        tokenizer, world, questions, KIND_SETTINGS, plain_policy, seed=4
+    )
+    fine_shapes, plain_shapes = set(), set()
+    for (_, question), f, p in zip(questions, fine, plain, strict=True):
+        assert p.parse_status == "ok", p.turns[-1].text
+        if question.kind is QuestionKind.CHOICE:
+            top = max(range(4), key=lambda i: p.probabilities[i])
+            ranked = sorted(f.probabilities, reverse=True)
+            if ranked[0] - ranked[1] > 0.01:  # the same top option, unless written as a tie
+                assert f.probabilities[top] == ranked[0]
+            rest = [q for i, q in enumerate(p.probabilities) if i != top]
+            assert max(rest) - min(rest) < 1e-9
+            fine_shapes.add(tuple(sorted(round(q, 2) for q in f.probabilities)))
+            plain_shapes.add(tuple(sorted(round(q, 2) for q in p.probabilities)))
+        elif question.kind is QuestionKind.NUMERIC:
+            assert all(q == int(q) for q in p.quantiles)
+            assert abs(p.quantiles[2] - f.quantiles[2]) <= 0.5 + 1e-9
+    # the fine answers' values are nearly all distinct; the plain ones' shapes are few
+    assert len(plain_shapes) <= 14 < len(fine_shapes), (len(plain_shapes), len(fine_shapes))
+
+
 def test_readings_no_mean_can_give_fall_back_on_the_prior(warm_kinds) -> None:
     """Two numeric questions can share entity, quantity and close date; their readings seen
     together (34 and 139 at σ 10) are impossible for either, and the reference answers the
