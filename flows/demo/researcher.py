@@ -103,6 +103,17 @@ def world_corpus(world: World, at: datetime) -> tuple[InMemoryCorpus, dict[int, 
     return InMemoryCorpus(domain), {i: a.guid for i, a in enumerate(articles, start=1)}
 
 
+def _shown_claims(text: str, claim: re.Pattern[str], *, also: str = "") -> list[re.Match[str]]:
+    """The first match of `claim` in each article line shown in `text` that also holds
+    `also`, one per article id (a search snippet and the opened article are one reading)."""
+    found: dict[str, re.Match[str]] = {}
+    for article_id, line in _ARTICLE_ID.findall(text):
+        match = claim.search(line)
+        if match is not None and also in line and article_id not in found:
+            found[article_id] = match
+    return list(found.values())
+
+
 def seen_readings(text: str, question: SimQuestion, n_levels: int) -> list[int]:
     """The cue levels the articles shown in `text` report about the question (its entity, its
     event, by its close date), one per article id (a search snippet and the opened article
@@ -116,12 +127,7 @@ def seen_readings(text: str, question: SimQuestion, n_levels: int) -> list[int]:
         rf"see ({alternation}) odds that {re.escape(entity)} will {re.escape(event)}"
     )
     level_of = dict(phrases)
-    found: dict[str, int] = {}
-    for article_id, line in _ARTICLE_ID.findall(text):
-        match = claim.search(line)
-        if match is not None and by_date in line and article_id not in found:
-            found[article_id] = level_of[match.group(1)]
-    return list(found.values())
+    return [level_of[m.group(1)] for m in _shown_claims(text, claim, also=by_date)]
 
 
 def seen_choice_readings(text: str, question: SimChoiceQuestion) -> tuple[list[int], int | None]:
@@ -134,14 +140,9 @@ def seen_choice_readings(text: str, question: SimChoiceQuestion) -> tuple[list[i
         rf"see a ({strengths}) favourite in ({names}) to {re.escape(question.event)} first "
         rf"among {re.escape(', '.join(options))} by {question.close_at:%Y-%m-%d}"
     )
-    found: dict[str, int] = {}
-    strength = None
-    for article_id, line in _ARTICLE_ID.findall(text):
-        match = claim.search(line)
-        if match is not None and article_id not in found:
-            found[article_id] = options.index(match.group(2))
-            strength = CHOICE_STRENGTH_WORDS.index(match.group(1))
-    return list(found.values()), strength
+    matches = _shown_claims(text, claim)
+    strength = CHOICE_STRENGTH_WORDS.index(matches[-1].group(1)) if matches else None
+    return [options.index(m.group(2)) for m in matches], strength
 
 
 def seen_numeric_readings(
@@ -154,14 +155,9 @@ def seen_numeric_readings(
         rf"{re.escape(question.quantity)} by {question.close_at:%Y-%m-%d}, give or take "
         r"([0-9.]+)\."
     )
-    found: dict[str, int] = {}
-    sigma = None
-    for article_id, line in _ARTICLE_ID.findall(text):
-        match = claim.search(line)
-        if match is not None and article_id not in found:
-            found[article_id] = int(match.group(1))
-            sigma = float(match.group(2))
-    return list(found.values()), sigma
+    matches = _shown_claims(text, claim)
+    sigma = float(matches[-1].group(2)) if matches else None
+    return [int(m.group(1)) for m in matches], sigma
 
 
 def research_query(question: SimMarket, *, poor: bool) -> str:

@@ -213,10 +213,9 @@ class TwoSlotStream(SequentialStream):
         return super().advance()
 
 
-def test_requests_go_in_the_order_they_became_ready(tiny_backend: LocalBackend):
-    """The next turns of the first group, ready once their searches return, wait behind the
-    first turns encoded before them (while the stream was full): sending the oldest group's
-    turns first made the last groups' later turns run on a draining stream."""
+def _on_two_slots(tiny_backend: LocalBackend, seeds: list[tuple[int, int]]):
+    """Groups of two rollouts (question i + 1 with seeds[i]: how many times each searches)
+    run through the engine on one TwoSlotStream, up to 3 turns: (groups, failures, stream)."""
     backend = StaggeredBackend(tiny_backend.tokenizer)
     streams: list[TwoSlotStream] = []
 
@@ -226,8 +225,8 @@ def test_requests_go_in_the_order_they_became_ready(tiny_backend: LocalBackend):
 
     backend.open_stream = open_stream  # type: ignore[method-assign]
     jobs = [
-        GroupJob(question=make_question(id=i), samples=(0, 1), seeds=seeds, as_of=CUTOFF)
-        for i, seeds in ((1, (1, 1)), (2, (0, 0)), (3, (0, 0)))  # group 1 searches once
+        GroupJob(question=make_question(id=i), samples=(0, 1), seeds=pair, as_of=CUTOFF)
+        for i, pair in enumerate(seeds, start=1)
     ]
     engine = RolloutEngine(
         backend,
@@ -237,8 +236,17 @@ def test_requests_go_in_the_order_they_became_ready(tiny_backend: LocalBackend):
         policy_version=0,
     )
     groups, failures, _ = _run(engine, jobs)
-    assert not failures and len(groups) == 3
     [stream] = streams
+    return groups, failures, stream
+
+
+def test_requests_go_in_the_order_they_became_ready(tiny_backend: LocalBackend):
+    """The next turns of the first group, ready once their searches return, wait behind the
+    first turns encoded before them (while the stream was full): sending the oldest group's
+    turns first made the last groups' later turns run on a draining stream."""
+    # group 1 searches once
+    groups, failures, stream = _on_two_slots(tiny_backend, [(1, 1), (0, 0), (0, 0)])
+    assert not failures and len(groups) == 3
     assert sorted(turn for turn, _ in stream.offered) == [0] * 6 + [1] * 2
     keys = [key for _, key in stream.offered]  # made as each request became ready
     assert keys == sorted(keys)
@@ -250,28 +258,9 @@ def test_first_turns_of_the_lookahead_go_before_any_follow_up(tiny_backend: Loca
     when next turns went ahead of later groups' first turns, those groups' own next turns
     ran at the end on a draining stream (benchmarks/predict_http.py: 0.85 -> 0.91 of
     max_concurrency, 32 questions, 3 turns, 0.2 s requests)."""
-    backend = StaggeredBackend(tiny_backend.tokenizer)
-    streams: list[TwoSlotStream] = []
-
-    def open_stream() -> TwoSlotStream:
-        streams.append(TwoSlotStream(backend.generate))
-        return streams[-1]
-
-    backend.open_stream = open_stream  # type: ignore[method-assign]
-    jobs = [
-        GroupJob(question=make_question(id=i), samples=(0, 1), seeds=seeds, as_of=CUTOFF)
-        for i, seeds in [(1, (2, 2)), (2, (1, 1))] + [(i, (0, 0)) for i in range(3, 8)]
-    ]
-    engine = RolloutEngine(
-        backend,
-        RecordingCorpus(make_articles()),
-        GenerationSettings(max_turns=3, max_new_tokens=16),
-        agent_id=1,
-        policy_version=0,
-    )
-    groups, failures, _ = _run(engine, jobs)
+    # groups 1 and 2 search twice and once; five more answer at once
+    groups, failures, stream = _on_two_slots(tiny_backend, [(2, 2), (1, 1)] + [(0, 0)] * 5)
     assert not failures and len(groups) == 7
-    [stream] = streams
     assert [turn for turn, _ in stream.offered] == [0] * 14 + [1] * 4 + [2] * 2
 
 
