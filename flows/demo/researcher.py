@@ -50,6 +50,7 @@ from futureworld.policy.streaming import SequentialStream
 from futureworld.world import SimQuestion, World
 from futureworld.world.config import cue_phrase
 from futureworld.world.questions import SimChoiceQuestion, SimMarket, SimNumericQuestion
+from futureworld.world.reference import sharpened_distribution
 from futureworld.world.research import (
     choice_informed_probabilities,
     informed_p_yes,
@@ -187,7 +188,6 @@ class ScriptedResearcher:
     ) -> None:
         self._tokenizer = tokenizer
         self._by_title = {q.title: q for q in questions}
-        self._world = world
         self._config = world.config
         self._policy = policy
 
@@ -275,6 +275,7 @@ class ScriptedResearcher:
         """Over-confident option probabilities from the options the evidence named; 1/k each
         without a reading; each log-probability gets its own noise (drawn from `rng`)."""
         cfg, k = self._config, len(question.options)
+        posterior: tuple[float, ...] = tuple(1.0 / k for _ in range(k))
         if named and strength is not None:
             posterior = choice_informed_probabilities(
                 named,
@@ -282,16 +283,14 @@ class ScriptedResearcher:
                 favourite_p=cfg.choice_favourite_p[strength],
                 evidence_noise=cfg.evidence_noise,
             )
-            logs = [self._policy.sharpening * math.log(p) for p in posterior]
-        else:
-            logs = [0.0] * k
-        logs = [v + rng.gauss(0.0, self._policy.noise_logit) for v in logs]
-        top = max(logs)
-        weights = [math.exp(v - top) for v in logs]
-        clipped = [min(P_RANGE[1], max(P_RANGE[0], w / sum(weights))) for w in weights]
-        probabilities = [p / sum(clipped) for p in clipped]
+        probabilities = sharpened_distribution(
+            posterior,
+            sharpening=self._policy.sharpening,
+            noise_logit=self._policy.noise_logit,
+            rng=rng,
+        )
         if not self._policy.plain_kind_answers:
-            return tuple(probabilities)
+            return probabilities
         top = max(range(k), key=lambda i: probabilities[i])
         p_top = min(0.95, max(0.3, round(probabilities[top] / 0.05) * 0.05))
         rest = round((1.0 - p_top) / (k - 1), 2)
@@ -307,22 +306,21 @@ class ScriptedResearcher:
         """Over-confident quantiles at QUANTILE_LEVELS from the readings and the stated σ; the
         prior's without a reading. `noise_logit` (a draw of N(0, noise_logit²)) shifts them by
         σ·noise_logit/2."""
-        informed = None
+        sigmas = self._config.numeric_sigmas
+        # The prior, as binary's: not sharpened.
+        quantiles = numeric_uninformed_quantiles(sigmas, QUANTILE_LEVELS)
+        scale, sharpening = max(sigmas), 1.0
         if readings and sigma is not None:
             try:
-                informed = numeric_informed_quantiles(readings, sigma=sigma, levels=QUANTILE_LEVELS)
+                quantiles = numeric_informed_quantiles(
+                    readings, sigma=sigma, levels=QUANTILE_LEVELS
+                )
+                scale, sharpening = sigma, self._policy.sharpening
             except ValueError:
                 # Two questions can share entity, quantity and close date: their readings
                 # mixed can be impossible for either, and the reference falls back on the
                 # prior, as for binary questions.
-                informed = None
-        if informed is not None and sigma is not None:
-            quantiles = informed
-            scale, sharpening = sigma, self._policy.sharpening
-        else:  # the prior, as binary's: not sharpened
-            sigmas = self._config.numeric_sigmas
-            quantiles = numeric_uninformed_quantiles(sigmas, QUANTILE_LEVELS)
-            scale, sharpening = max(sigmas), 1.0
+                pass
         median = quantiles[QUANTILE_LEVELS.index(0.5)]
         shift = scale * noise_logit / 2.0
         spec = question.spec

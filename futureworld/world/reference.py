@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -171,6 +171,29 @@ class KindSFTExample:
     """Numeric: the reference's values at QUANTILE_LEVELS."""
 
 
+def sharpened_distribution(
+    probabilities: Sequence[float],
+    *,
+    sharpening: float,
+    noise_logit: float = 0.0,
+    rng: random.Random | None = None,
+) -> tuple[float, ...]:
+    """p_ref ∝ p^s, Gaussian noise of sd `noise_logit` on each log-probability, clipped to
+    REFERENCE_RANGE and renormalised (unrounded): the over-confident reference's choice
+    answer, from the true distribution or (flows.demo.researcher) a posterior."""
+    if sharpening <= 0:
+        raise ValueError(f"sharpening must be > 0, got {sharpening}")
+    logs = [sharpening * math.log(p) for p in probabilities]
+    if noise_logit > 0:
+        if rng is None:
+            raise ValueError("noise needs a random stream")
+        logs = [v + rng.gauss(0.0, noise_logit) for v in logs]
+    top = max(logs)
+    weights = [math.exp(v - top) for v in logs]
+    clipped = [_clip(w / sum(weights)) for w in weights]
+    return tuple(p / sum(clipped) for p in clipped)
+
+
 def choice_reference(
     question: SimChoiceQuestion,
     *,
@@ -179,17 +202,10 @@ def choice_reference(
     rng: random.Random | None = None,
 ) -> tuple[float, ...]:
     """The over-confident reference's probability per option (sums to 1, each in range)."""
-    if sharpening <= 0:
-        raise ValueError(f"sharpening must be > 0, got {sharpening}")
-    logs = [sharpening * math.log(p) for p in question.probabilities]
-    if noise_logit > 0:
-        if rng is None:
-            raise ValueError("noise needs a random stream")
-        logs = [v + rng.gauss(0.0, noise_logit) for v in logs]
-    top = max(logs)
-    weights = [math.exp(v - top) for v in logs]
-    clipped = [_clip(w / sum(weights)) for w in weights]
-    return tuple(round(p / sum(clipped), 4) for p in clipped)
+    reference = sharpened_distribution(
+        question.probabilities, sharpening=sharpening, noise_logit=noise_logit, rng=rng
+    )
+    return tuple(round(p, 4) for p in reference)
 
 
 def numeric_reference(

@@ -213,6 +213,17 @@ class TwoSlotStream(SequentialStream):
         return super().advance()
 
 
+def _three_turn_engine(backend) -> RolloutEngine:
+    """The engine the ordering tests run: up to 3 turns of 16 tokens over the test articles."""
+    return RolloutEngine(
+        backend,
+        RecordingCorpus(make_articles()),
+        GenerationSettings(max_turns=3, max_new_tokens=16),
+        agent_id=1,
+        policy_version=0,
+    )
+
+
 def _on_two_slots(tiny_backend: LocalBackend, seeds: list[tuple[int, int]]):
     """Groups of two rollouts (question i + 1 with seeds[i]: how many times each searches)
     run through the engine on one TwoSlotStream, up to 3 turns: (groups, failures, stream)."""
@@ -228,13 +239,7 @@ def _on_two_slots(tiny_backend: LocalBackend, seeds: list[tuple[int, int]]):
         GroupJob(question=make_question(id=i), samples=(0, 1), seeds=pair, as_of=CUTOFF)
         for i, pair in enumerate(seeds, start=1)
     ]
-    engine = RolloutEngine(
-        backend,
-        RecordingCorpus(make_articles()),
-        GenerationSettings(max_turns=3, max_new_tokens=16),
-        agent_id=1,
-        policy_version=0,
-    )
+    engine = _three_turn_engine(backend)
     groups, failures, _ = _run(engine, jobs)
     [stream] = streams
     return groups, failures, stream
@@ -281,13 +286,7 @@ def test_jobs_are_pulled_only_up_to_the_lookahead(
             open_at_pull.append(i - 1 - len(done))
             yield GroupJob(question=make_question(id=i), samples=(0, 1), seeds=(1, 0), as_of=CUTOFF)
 
-    engine = RolloutEngine(
-        backend,
-        RecordingCorpus(make_articles()),
-        GenerationSettings(max_turns=3, max_new_tokens=16),
-        agent_id=1,
-        policy_version=0,
-    )
+    engine = _three_turn_engine(backend)
     stats = engine.run(jobs(), lambda job, group: done.append(job.question.id))
     assert stats.groups == 20 and len(done) == 20
     assert max(open_at_pull) <= 3  # every open group holds an unfinished rollout
