@@ -13,7 +13,9 @@ whether the model reads what it finds.
     .venv/bin/python benchmarks/research_warm_start.py --seeds 0-2 --sizes 5x10,20x4
 
 A size is `days x epochs` of whole demonstrations, optionally `@width x layers` (`20x4@96x2`);
-`--set research_drill_days=80` (any numeric DemoConfig field) adds first-turn drills. Seconds
+`--set research_drill_days=80` (any numeric DemoConfig field) adds first-turn drills;
+`--set research_note_readings=1` has the reference note its readings before its answers,
+and reports how many of the panel's answers after a search note exactly their evidence's. Seconds
 are wall time on whatever the machine is doing: compare sizes within one invocation, and run
 two invocations side by side only with FW_TORCH_THREADS=1 (else each takes every core).
 """
@@ -22,10 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sweeps import parse_numeric_sets, parse_seeds
@@ -88,6 +91,7 @@ def measure(config: DemoConfig, work: Path) -> dict[str, object]:
     panel_s = time.perf_counter() - started
     scores = research_round(panel, groups, round_no=0, policy_version=version)
     copies = query_copies(panel, groups)
+    notes = note_fidelity(panel, groups) if config.research_note_readings else {}
     score = scores.score
     informed = [panel.questions[n].p_informed for n in score.question]
     return {
@@ -102,6 +106,7 @@ def measure(config: DemoConfig, work: Path) -> dict[str, object]:
         "search_rate": round(scores.search_rate, 4),
         "evidence_rate": round(scores.evidence_rate, 4),
         **copies,
+        **notes,
         **{f"brier_{path}": round(scores.path_brier(path), 4) for path in ResearchPath},
         "parse_rate": round(score.parse_rate, 4),
         "brier": round(brier(score.p_yes, score.y), 4) if score.p_yes else None,
@@ -135,6 +140,48 @@ def query_copies(panel: ResearchPanel, groups: Sequence[Sequence[Trajectory]]) -
         "query_copied": round(copied / max(searches, 1), 4),
         "query_entity": round(entity / max(searches, 1), 4),
         "query_examples": examples,
+    }
+
+
+_EVIDENCE_CLAIM = re.compile(r"(by \d{4}-\d{2}-\d{2} as [a-z ]+)\.")
+
+
+def note_fidelity(
+    panel: ResearchPanel, groups: Sequence[Sequence[Trajectory]]
+) -> dict[str, object]:
+    """With noting demonstrations (`research_note_readings`): the share of the panel's answers
+    after a search that open with a note, and the share of those whose note names exactly the
+    readings of the question's own evidence the rollout was shown (in any order; "none"
+    without), and a few notes that do not."""
+    far = datetime(9999, 1, 1, tzinfo=UTC)
+    answered = noted = exact = 0
+    wrong = []
+    for item, group in zip(panel.questions, groups, strict=True):
+        for trajectory in group:
+            final = trajectory.turns[-1] if trajectory.turns else None
+            if final is None or len(trajectory.turns) == 1 or final.role != "assistant":
+                continue
+            answered += 1
+            if not final.text.startswith("Noted: "):
+                continue
+            noted += 1
+            note = final.text.split(" <probability>", 1)[0].removeprefix("Noted: ").rstrip(".")
+            shown = [i for t in trajectory.turns if t.role == "tool" for i in t.tool_result_ids]
+            readings = []
+            for article_id in dict.fromkeys(i for i in shown if i in item.evidence_ids):
+                article = panel.corpus.open(article_id, far)
+                claim = _EVIDENCE_CLAIM.search(article.summary) if article else None
+                if claim is not None:
+                    readings.append(claim.group(1))
+            expected = sorted(readings) or ["none"]
+            if sorted(note.split("; ")) == expected:
+                exact += 1
+            elif len(wrong) < 4:
+                wrong.append(f"{'; '.join(expected)} | {note}")
+    return {
+        "noted": round(noted / max(answered, 1), 4),
+        "note_exact": round(exact / max(noted, 1), 4),
+        "note_examples": wrong,
     }
 
 

@@ -167,6 +167,12 @@ class DemoConfig:
     research_plain_kind_answers: bool = False
     """The reference's choice and numeric answers in few stereotyped shapes
     (ResearcherPolicy.plain_kind_answers)."""
+    research_note_readings: bool = False
+    """The reference notes the readings it counts before each answer after research
+    (ResearcherPolicy.note_readings); every research turn then has at least
+    `research_note_tokens` tokens."""
+    research_note_tokens: int = 48
+    """A research turn's budget with notes: two readings' note and the answer."""
     validation_fraction: float = 0.1
     """Share of the live questions the promotion gate holds out of every update and judges
     each candidate version on (FW_VALIDATION_FRACTION of the flows; 0 turns the gate off).
@@ -230,6 +236,8 @@ class DemoConfig:
             turn_tokens = self.research_max_new_tokens
             if self.extra_kinds:  # a choice or numeric answer is longer than a query
                 turn_tokens = max(turn_tokens, self.kind_max_new_tokens)
+            if self.research_note_readings:
+                turn_tokens = max(turn_tokens, self.research_note_tokens)
             return GenerationSettings(
                 temperature=self.temperature,
                 max_turns=self.research_max_turns,
@@ -261,6 +269,7 @@ class DemoConfig:
             sharpening=self.research_sharpening,
             noise_logit=self.research_noise_logit,
             plain_kind_answers=self.research_plain_kind_answers,
+            note_readings=self.research_note_readings,
         )
 
     @property

@@ -84,6 +84,9 @@ class ResearcherPolicy:
     plain_kind_answers: bool = False
     """Choice and numeric answers in a few stereotyped shapes: the top option's probability on
     a 0.05 grid and the rest shared equally; whole-number quantiles."""
+    note_readings: bool = False
+    """A binary answer after research opens with a note of the readings it counts
+    (`reading_note`): "Noted: by 2026-01-07 as high." or "Noted: none.", then the answer."""
 
     def __post_init__(self) -> None:
         for name in ("search_rate", "poor_query_rate", "open_rate"):
@@ -129,6 +132,20 @@ def seen_readings(text: str, question: SimQuestion, n_levels: int) -> list[int]:
     )
     level_of = dict(phrases)
     return [level_of[m.group(1)] for m in _shown_claims(text, claim, also=by_date)]
+
+
+def reading_note(question: SimQuestion, readings: Sequence[int], n_levels: int) -> str:
+    """What a researcher notes before its binary answer: each reading it counts as the
+    evidence's words "by <the close date> as <the cue>", or none.
+
+    The note spells out the step a reader has to take: the article that counts is the one
+    that names the question's close date, and its cue follows "<that date> as" in its text.
+    Written out, each word of the note is a copy (the date from the title, the cue from the
+    text after the same words), and the answer follows from the note's cue words alone."""
+    if not readings:
+        return "Noted: none."
+    by_date = f"by {question.close_at:%Y-%m-%d}"
+    return "Noted: " + "; ".join(f"{by_date} as {cue_phrase(k, n_levels)}" for k in readings) + "."
 
 
 def seen_choice_readings(text: str, question: SimChoiceQuestion) -> tuple[list[int], int | None]:
@@ -260,7 +277,10 @@ class ScriptedResearcher:
             quantiles = self.numeric_answer(question, numbers, sigma, noise)
             return ANSWER_FORMATS[question.kind].write(quantiles, self._domain(question))
         readings = seen_readings(context, question, self._config.n_levels)
-        return write_probability(self.answer(readings, noise))
+        answer = write_probability(self.answer(readings, noise))
+        if policy.note_readings and turn > 0:
+            return f"{reading_note(question, readings, self._config.n_levels)} {answer}"
+        return answer
 
     def _domain(self, question: SimMarket) -> Question:
         return question.to_domain(source="manifold")

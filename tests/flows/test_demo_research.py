@@ -26,6 +26,7 @@ from flows.demo.researcher import (
     ScriptedResearcher,
     first_turn,
     research_demonstrations,
+    seen_readings,
     tokenizer_texts,
     warm_start_questions,
     world_corpus,
@@ -50,6 +51,7 @@ from futureworld.domain import (
 from futureworld.policy.tiny import train_tokenizer
 from futureworld.rl.config import Estimator
 from futureworld.world import World, WorldConfig
+from futureworld.world.config import cue_phrase
 from futureworld.world.questions import SimNumericQuestion
 from futureworld.world.research import numeric_uninformed_quantiles
 from storage.engine import session_scope
@@ -176,6 +178,43 @@ def test_a_first_turn_drill_is_its_rollout_cut_after_the_first_action(warm) -> N
                 == tokenizer.encode(" " + title, add_special_tokens=False)[: len(action_ids) - 2]
             )
     assert searched > 0
+
+
+def test_a_noting_reference_notes_the_readings_it_counts_copied_from_what_it_saw(warm) -> None:
+    """With `note_readings`, an answer after research opens with "Noted: by <date> as <cue>"
+    for each reading of the question's evidence it saw ("none" without), each a span of an
+    observation; the answer is the one the same reference gives without notes."""
+    world, questions, tokenizer = warm
+    plain = ResearcherPolicy(search_rate=0.8, open_rate=0.5)
+    noting = replace(plain, note_readings=True)
+    settings = DemoConfig(research=True, research_note_readings=True).generation
+    args = (tokenizer, world, questions, settings)
+    without = research_demonstrations(*args, plain, seed=7)
+    with_notes = research_demonstrations(*args, noting, seed=7)
+    counted = nothing = unresearched = 0
+    for (sim, _), demo, base in zip(questions, with_notes, without, strict=True):
+        answer = demo.turns[-1].text
+        assert demo.p_yes == base.p_yes and demo.parse_status == "ok"
+        if len(demo.turns) == 1:
+            unresearched += 1
+            assert answer == base.turns[-1].text  # no research, no note
+            continue
+        note, _, rest = answer.partition(". <probability>")
+        assert "<probability>" + rest == base.turns[-1].text
+        observations = "".join(t.text for t in demo.turns if t.role != "assistant")
+        readings = seen_readings(observations, sim, world.config.n_levels)
+        if not readings:
+            nothing += 1
+            assert note == "Noted: none"
+            continue
+        counted += 1
+        items = note.removeprefix("Noted: ").split("; ")
+        assert items == [
+            f"by {sim.close_at:%Y-%m-%d} as {cue_phrase(k, world.config.n_levels)}"
+            for k in readings
+        ]
+        assert all(item in observations for item in items)  # a copy of what it read
+    assert counted and nothing and unresearched
 
 
 def test_no_observation_shows_an_article_published_after_the_rollouts_as_of(warm) -> None:
