@@ -124,6 +124,15 @@ def demo_command(
             "(the rest wait); 0 = all of them.",
         ),
     ] = DEFAULTS.rl_draw_groups,
+    rejection_backoff: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="After a rejected update, the next from the same parent trains at the "
+            "learning rate x B^k, k its rejected versions; 0 = off.",
+        ),
+    ] = DEFAULTS.rl_rejection_backoff or 0.0,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -168,6 +177,7 @@ def demo_command(
             rl_kl_coef=kl_coef,
             rl_kl_trail=kl_trail,
             rl_draw_groups=draw_groups or None,
+            rl_rejection_backoff=rejection_backoff or None,
             train_set=tuple(set_ or ()),
         )
     except TrainConfigError as error:

@@ -107,6 +107,15 @@ def train_command(
             "by the as-of day and parent version); the rest wait.",
         ),
     ] = None,
+    rejection_backoff: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Retry a rejected step shorter: an update whose parent has k rejected "
+            "versions trains at the learning rate x B^k.",
+        ),
+    ] = None,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
     reuse: Annotated[
         bool, typer.Option("--reuse", help="Also replay groups this lineage trained on before.")
@@ -189,6 +198,7 @@ def train_command(
         kl_trail=kl_trail,
         max_groups=max_groups,
         draw_groups=draw_groups,
+        rejection_backoff=rejection_backoff,
         reuse=reuse,
         fresh_optimizer=fresh_optimizer,
         nproc=nproc,

@@ -93,6 +93,10 @@ class DemoConfig:
     seeds of the defaults with the fit rule and equal rollout counts"). Not the default: on
     eight seeds it learned on 6 and within the whole bar on 4, as many as without it ("The
     bounded draw on eight seeds")."""
+    rl_rejection_backoff: float | None = None
+    """After a rejected update, the next from the same parent trains at the learning rate ×
+    this^k, k the parent's rejected versions (`TrainOptions.rejection_backoff`); None: each
+    retry at the full rate."""
     rl_groups_per_step: int = 5
     """Whole groups per optimiser step: 5 questions × G = 8 = the 40 rollouts a step tuned
     with benchmarks/learning_curve.py (gradients accumulate over the step's rows)."""
@@ -310,4 +314,5 @@ class DemoConfig:
             kl_reference=WARM_START_VERSION,
             kl_trail=self.rl_kl_trail,
             draw_groups=self.rl_draw_groups,
+            rejection_backoff=self.rl_rejection_backoff,
         )

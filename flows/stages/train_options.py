@@ -152,6 +152,12 @@ class TrainOptions(BaseModel):
     the update's as-of day and parent version, so a retry on another day draws anew); the
     rest wait, unconsumed. Bounds an update's size when data piles up, as after a run of
     rejected updates whose data is trained on again (`flows.stages.training.drawn_groups`)."""
+    rejection_backoff: float | None = Field(default=None, gt=0, lt=1)
+    """Backtrack the step after a rejection: an update whose parent already has k versions
+    the gate rejected trains at `config.learning_rate` × backoff^k (a rejected step is
+    retried shorter, as a backtracking line search shortens a step its test refused; the
+    next promoted version starts again at the full rate). None: every retry at the full
+    rate (`flows.stages.training.backed_off`)."""
     min_groups: int = 1
     """Do nothing while fewer completed groups are waiting."""
     reuse: bool = False

@@ -32,6 +32,7 @@ taken within the group, on one reward's scale.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import logging
 import random
@@ -85,7 +86,7 @@ from futureworld.rl.config import Estimator, TrainConfig
 from futureworld.torch_threads import set_torch_threads
 from futureworld.validation import GateOptions
 from storage.engine import run_transaction, session_scope
-from storage.repositories.agents import register_policy_version
+from storage.repositories.agents import list_policy_versions, register_policy_version
 from storage.repositories.training import (
     agent_train_steps,
     finish_training_run,
@@ -356,6 +357,8 @@ def replay_and_train(
     check_update(agent, current, kl_reference=kl_version, lora=lora)
     check_servable(ctx, agent, lora=lora)
     config = options.train_config(device=ctx.settings.device, lora=lora)
+    retries = rejected_children(ctx, agent, parent.version)
+    config = backed_off(config, options.rejection_backoff, retries)
     held_out = (
         frozenset() if gate is None else validation_question_ids(ctx, gate.validation_fraction)
     )
@@ -402,6 +405,8 @@ def replay_and_train(
         "kind_rewards": [str(fn) for fn in options.kind_rewards],
         "validation_fraction": 0.0 if gate is None else gate.validation_fraction,
         "kl_trail": options.kl_trail,
+        "rejection_backoff": options.rejection_backoff,
+        "rejected_from_parent": retries,
     }
 
     def consume(session: Any, run_id: int) -> None:
@@ -483,6 +488,22 @@ def _gate_left_candidates(ctx: PipelineContext, agent_name: str, gate: GateOptio
     could not judge), so the update starts from the version that should serve."""
     for version in candidate_versions(ctx, agent_name):
         _gate(ctx, agent_name, version, gate)
+
+
+def rejected_children(ctx: PipelineContext, agent: Agent, version: int) -> int:
+    """How many of the agent's versions trained from `version` the gate (or a person)
+    rejected: the failed attempts at the step this update takes again."""
+    with session_scope(ctx.engine) as session:
+        versions = list_policy_versions(session, agent.id or 0)
+    return sum(v.parent_version == version and v.status is VersionStatus.REJECTED for v in versions)
+
+
+def backed_off(config: TrainConfig, backoff: float | None, retries: int) -> TrainConfig:
+    """`config` with its learning rate × backoff^retries (`TrainOptions.rejection_backoff`);
+    unchanged without a backoff or a rejected attempt."""
+    if backoff is None or retries == 0:
+        return config
+    return dataclasses.replace(config, learning_rate=config.learning_rate * backoff**retries)
 
 
 def drawn_groups(batch: ReplayBatch, n: int, *, seed: int) -> ReplayBatch:

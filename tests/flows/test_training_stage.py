@@ -16,14 +16,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import ValidationError
+from safetensors.torch import load_file
 from sqlalchemy import func, select
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from flows.cli import app
+from flows.demo.config import DemoConfig
 from flows.stages.backfilling import backfill_rewards
 from flows.stages.lineage import reference_version
 from flows.stages.predicting import predict
+from flows.stages.promotion import promote_version, reject_version
 from flows.stages.training import (
     TrainOptions,
     drawn_groups,
@@ -263,6 +267,77 @@ def test_draw_groups_bounds_an_update_and_leaves_the_rest_waiting(
             .config
         )
     assert config["draw_groups"] == 2
+
+
+def _run_config(engine, to_version: int) -> dict:
+    with session_scope(engine) as session:
+        return (
+            session.scalars(select(TrainingRunRow).where(TrainingRunRow.to_version == to_version))
+            .one()
+            .config
+        )
+
+
+def test_a_rejected_step_is_retried_shorter_and_a_promoted_one_resets_the_rate(
+    engine, db_url: str, scored_tiny_agent, tmp_path
+) -> None:
+    """With a rejection backoff of 0.5, each update from a parent with k rejected versions
+    trains at the learning rate × 0.5^k; the next update from a promoted version at the full
+    rate again. The rate is the one the trainer ran (its recorded config), and each step
+    moves the weights less."""
+    ctx = make_context(engine, tmp_path, as_of=RESOLVED_AT)
+    scored_tiny_agent(db_url, tmp_path)
+    # An entropy bonus: a gradient though every rollout of a group scored alike.
+    options = FAST.with_config(entropy_coef=0.01).model_copy(update={"rejection_backoff": 0.5})
+    rates, sizes = [], []
+    for attempt in range(3):
+        report = replay_and_train(ctx, "tiny", options)
+        assert report is not None and report.from_version == 0  # the rejected data again
+        config = _run_config(engine, report.to_version)
+        assert config["rejected_from_parent"] == attempt
+        rates.append(config["train"]["learning_rate"])
+        sizes.append(_weight_change(ctx, report.from_version, report.to_version))
+        reject_version(ctx, "tiny", report.to_version, "a deliberately refused step")
+    assert rates == [1e-3, 5e-4, 2.5e-4]
+    assert sizes[0] > sizes[1] > sizes[2]
+    promote_version(ctx, "tiny", 3, "kept")
+    report = replay_and_train(ctx, "tiny", options.model_copy(update={"reuse": True}))
+    assert report is not None and report.from_version == 3
+    config = _run_config(engine, report.to_version)
+    assert (config["rejected_from_parent"], config["train"]["learning_rate"]) == (0, 1e-3)
+    reject_version(ctx, "tiny", report.to_version, "refused")
+    # The train command takes the backoff too (v5, from v3 with one rejected version) ...
+    cli = CliRunner().invoke(
+        app,
+        [
+            "train", "--agent", "tiny", "--reuse", "--learning-rate", "1e-3",
+            "--rejection-backoff", "0.5", "--db", db_url,
+        ],
+        env={"FW_DATA_DIR": str(tmp_path), "FW_VALIDATION_FRACTION": "0"},
+    )  # fmt: skip
+    assert cli.exit_code == 0, cli.output
+    config = _run_config(engine, 5)
+    assert (config["rejected_from_parent"], config["train"]["learning_rate"]) == (1, 5e-4)
+    reject_version(ctx, "tiny", 5, "refused")
+    # ... and without one a retry trains at the full rate whatever its parent's rejections.
+    again = replay_and_train(ctx, "tiny", FAST.model_copy(update={"reuse": True}))
+    assert again is not None and (again.from_version, again.to_version) == (3, 6)
+    config = _run_config(engine, 6)
+    assert (config["rejected_from_parent"], config["train"]["learning_rate"]) == (2, 1e-3)
+    with pytest.raises(ValidationError, match="less than 1"):
+        TrainOptions(rejection_backoff=1.0)
+    assert DemoConfig(rl_rejection_backoff=0.5).update.rejection_backoff == 0.5
+
+
+def _weight_change(ctx, parent: int, child: int) -> float:
+    """The largest absolute change of any weight from `parent` to `child`."""
+    agent = ctx.agent("tiny")
+    with session_scope(ctx.engine) as session:
+        paths = [
+            Path(get_policy_version(session, agent.id, v).checkpoint_path) for v in (parent, child)
+        ]
+    weights = [load_file(path / "model.safetensors") for path in paths]
+    return max(float((weights[1][k] - weights[0][k]).abs().max()) for k in weights[0])
 
 
 def test_the_draw_is_seeded_and_changes_with_the_seed() -> None:
