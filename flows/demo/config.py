@@ -22,6 +22,9 @@ LEARNER = "forecaster"
 CROWD = "crowd"
 WARM_START_VERSION = 1
 """The learner's supervised warm start: the version after its base model (version 0)."""
+NOTE_TURN_TOKENS = 48
+"""A research turn's budget when the reference notes its readings: a note of two readings
+and the answer, with room for a tokenizer trained on a short warm start's texts."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,11 +179,9 @@ class DemoConfig:
     research_note_readings: bool = False
     """The reference notes the readings it counts before each answer after research
     (ResearcherPolicy.note_readings); every research turn then has at least
-    `research_note_tokens` tokens. Off: the 64 x 2 model learns the note's form but not its
+    `NOTE_TURN_TOKENS` tokens. Off: the 64 x 2 model learns the note's form but not its
     copy (0.39 of its notes name exactly its evidence, 0.79 of its answers parse; seed 0,
     docs/results.md, "Notes that spell out the reading")."""
-    research_note_tokens: int = 48
-    """A research turn's budget with notes: two readings' note and the answer."""
     validation_fraction: float = 0.1
     """Share of the live questions the promotion gate holds out of every update and judges
     each candidate version on (FW_VALIDATION_FRACTION of the flows; 0 turns the gate off).
@@ -245,7 +246,7 @@ class DemoConfig:
             if self.extra_kinds:  # a choice or numeric answer is longer than a query
                 turn_tokens = max(turn_tokens, self.kind_max_new_tokens)
             if self.research_note_readings:
-                turn_tokens = max(turn_tokens, self.research_note_tokens)
+                turn_tokens = max(turn_tokens, NOTE_TURN_TOKENS)
             return GenerationSettings(
                 temperature=self.temperature,
                 max_turns=self.research_max_turns,
