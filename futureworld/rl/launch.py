@@ -9,6 +9,7 @@ the others, and the launch raises with the tail of their output.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import subprocess
@@ -65,27 +66,33 @@ def _rank_device(config: TrainConfig) -> TrainConfig:
 
 
 def run_rank(job_dir: Path) -> None:
-    """One rank of a launched job: join the process group, train, rank 0 writes the result."""
+    """One rank of a launched job: join the process group, train, rank 0 writes the result.
+
+    Teardown, on success only: the trainer's DDP or FSDP2 wrappers are collected while the
+    process group still lives (they hold it and its gloo work), the ranks meet at a barrier and
+    then destroy the group together. A rank that raised leaves without the collective destroy
+    (it would wait for peers still inside a step); its non-zero exit makes torchrun stop them.
+    """
     job: TrainingJob = pickle.loads((job_dir / JOB_FILE).read_bytes())
     config = _rank_device(job.config)
     backend = "nccl" if config.resolved_device().type == "cuda" else "gloo"
     dist.init_process_group(backend=backend)
-    try:
-        result = train_policy(
-            job.model_dir,
-            job.rollouts,
-            config,
-            job.output_dir,
-            adapter_dir=job.adapter_dir,
-            resume_from=job.resume_from,
-            reference_dir=job.reference_dir,
-            on_save=job.on_save,
-            rank_hook=job.rank_hook,
-        )
-        if dist.get_rank() == 0:
-            (job_dir / RESULT_FILE).write_bytes(pickle.dumps(result))
-    finally:
-        dist.destroy_process_group()
+    result = train_policy(
+        job.model_dir,
+        job.rollouts,
+        config,
+        job.output_dir,
+        adapter_dir=job.adapter_dir,
+        resume_from=job.resume_from,
+        reference_dir=job.reference_dir,
+        on_save=job.on_save,
+        rank_hook=job.rank_hook,
+    )
+    if dist.get_rank() == 0:
+        (job_dir / RESULT_FILE).write_bytes(pickle.dumps(result))
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def launch_training(job: TrainingJob, nproc: int, *, timeout_s: float | None = None) -> TrainResult:
@@ -184,3 +191,9 @@ def train(
 
 if __name__ == "__main__":  # a rank started by torchrun (see launch_training)
     run_rank(Path(sys.argv[1]))
+    # The job is done and its group destroyed: leave without interpreter finalisation, whose
+    # unordered teardown of torch's C++ state (gloo threads, the c10d store's client) can
+    # abort a rank whose work is complete and fail a launch that succeeded.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
