@@ -72,10 +72,9 @@ def measure(config: DemoConfig, work: Path) -> dict[str, object]:
     engine = open_engine(settings)
     ctx = build_context(settings, engine, as_of=at)
     panel = build_research_panel(
-        config.seed,
+        config.world_config(seed=config.seed, max_horizon_days=config.max_horizon_days),
         config.research_panel_questions,
         config.questions_per_day,
-        max_horizon_days=config.max_horizon_days,
     )
     spec, generation, version = round_policy(ctx, LEARNER)
     engine.dispose()

@@ -140,6 +140,14 @@ class DemoConfig:
     of an "<entity> <event>" query, so they rank first unless another question shares its
     entity and event; every result lengthens the sequences the warm start and each update
     forward (on 2 cores the warm start's cost is the sequences' length)."""
+    research_entities: int = 150
+    """The research world's entities (WorldConfig.n_entities, 40 with research off): with
+    subjects drawn without replacement (WorldConfig.research_unique_subjects) a subject recurs
+    after n × 4 questions, 15 days of 40 at 150, after the earlier question on it has closed and
+    been reported, so an "<entity> <event>" search shows exactly its question's two evidence
+    articles for 784 of the warm world's first 800 questions (407 with 40 entities drawn per
+    question, as before; 589 with 40 in a cycle, which recurs within 4 days, while the earlier
+    question's report is news)."""
     research_sft_days: int = 20
     """Days of the reference researcher's rollouts the research warm start learns: 20 x 40 =
     800 demonstrations. Copying the question's entity and event into a query is what a tiny
@@ -229,6 +237,8 @@ class DemoConfig:
         from futureworld.world import WorldConfig
 
         per_day = self.kind_questions_per_day
+        if self.research:
+            values = {"n_entities": self.research_entities, **values}
         return WorldConfig(
             research=self.research,
             choice_questions_per_day=per_day if QuestionKind.CHOICE in self.kinds else 0,

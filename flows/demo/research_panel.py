@@ -139,48 +139,29 @@ class ResearchRound:
         return self.generated_tokens / self.rollouts
 
 
-def panel_world(
-    seed: int,
-    questions_per_day: int,
-    *,
-    max_horizon_days: int,
-    kinds: Sequence[QuestionKind] = (),
-    kind_questions_per_day: int = 0,
-) -> World:
-    """The research world the panel of demo seed `seed` is drawn from (no cancellations),
-    posing `kind_questions_per_day` questions a day of each extra kind in `kinds`."""
-    base = WorldConfig(
-        seed=seed,
-        questions_per_day=questions_per_day,
-        max_horizon_days=max_horizon_days,
-        research=True,
-        choice_questions_per_day=kind_questions_per_day if QuestionKind.CHOICE in kinds else 0,
-        numeric_questions_per_day=kind_questions_per_day if QuestionKind.NUMERIC in kinds else 0,
-    )
-    return demo_panel_world(base, questions_per_day)
+def panel_world(base: WorldConfig, questions_per_day: int) -> World:
+    """The research world the panel of a run on `base` is drawn from: `base` as a research
+    world with the demo panel's seed and no cancellations (flows.demo.panel.panel_world),
+    `questions_per_day` binary questions a day and its kinds' questions as `base` poses them."""
+    return demo_panel_world(replace(base, research=True), questions_per_day)
 
 
 def build_research_panel(
-    seed: int,
-    n: int,
-    questions_per_day: int,
-    *,
-    max_horizon_days: int,
-    kinds: Sequence[QuestionKind] = (),
-    kind_questions_per_day: int = 0,
-    kind_n: int = 0,
+    base: WorldConfig, n: int, questions_per_day: int, *, kind_n: int = 0
 ) -> ResearchPanel:
-    """The first `n` binary questions of the panel world from day 0 on, with outcomes, both
-    floors and evidence ids, the first `kind_n` of each extra kind in `kinds`, and the corpus
-    of every article published by the last cut-off of any of them."""
-    extra = [k for k in kinds if k is not QuestionKind.BINARY]
-    world = panel_world(
-        seed,
-        questions_per_day,
-        max_horizon_days=max_horizon_days,
-        kinds=extra,
-        kind_questions_per_day=kind_questions_per_day,
-    )
+    """The first `n` binary questions of the panel world of a run on `base` (`panel_world`)
+    from day 0 on, with outcomes, both floors and evidence ids, the first `kind_n` of each
+    kind besides binary that `base` poses, and the corpus of every article published by the
+    last cut-off of any of them."""
+    world = panel_world(base, questions_per_day)
+    extra = [
+        kind
+        for kind, per_day in (
+            (QuestionKind.CHOICE, base.choice_questions_per_day),
+            (QuestionKind.NUMERIC, base.numeric_questions_per_day),
+        )
+        if per_day > 0
+    ]
     sims = []
     day = 0
     while len(sims) < n:

@@ -195,12 +195,9 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     if config.research:
         panel = []
         research_panel = build_research_panel(
-            config.seed,
+            config.world_config(seed=config.seed, max_horizon_days=config.max_horizon_days),
             config.research_panel_questions,
             config.questions_per_day,
-            max_horizon_days=config.max_horizon_days,
-            kinds=config.extra_kinds,
-            kind_questions_per_day=config.kind_questions_per_day,
             kind_n=config.kind_panel_questions,
         )
         kind_panels = {}  # researched with the research panel, over its world's corpus

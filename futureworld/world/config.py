@@ -92,6 +92,15 @@ class WorldConfig:
     """Research world only: articles per question about its entity that carry no reading of it,
     published in its evidence window: alternately odds on a rival event no question asks about
     and cue-free chatter (research.py)."""
+    research_unique_subjects: bool = True
+    """Research world only: a binary question's subject (its entity and event) is drawn
+    without replacement from a shuffled cycle of every (entity, its topic's event) pair
+    (research.subject_cycle), so no subject recurs before every other has been asked
+    (n_entities × 4 questions: 4 days at the defaults) and a search for a question's entity and
+    event finds its own evidence ahead of any earlier question's on the same subject (equal
+    word overlap, newer). False draws each subject independently, as with research off: a
+    subject then recurs within days, and such a search also finds the evidence of other
+    questions on it with other close dates, which only the date tells apart."""
 
     def __post_init__(self) -> None:
         if self.start_at.tzinfo is None or self.start_at.utcoffset() is None:

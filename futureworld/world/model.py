@@ -67,9 +67,10 @@ from futureworld.world.research import (
     informed_p_yes,
     numeric_informed_quantiles,
     numeric_uninformed_quantiles,
+    subject_cycle,
     uninformed_p_yes,
 )
-from futureworld.world.vocabulary import Entity, Topic, build_entities
+from futureworld.world.vocabulary import EVENTS, Entity, Topic, build_entities
 
 CREATOR_USERNAME = "simworld"
 _ID_PATTERN = re.compile(r"^w(\d+)d(\d+)([qcn])(\d+)$")
@@ -91,6 +92,7 @@ class World:
     def __init__(self, config: WorldConfig | None = None) -> None:
         self.config = config or WorldConfig()
         self.entities: tuple[Entity, ...] = build_entities(self.config.seed, self.config.n_entities)
+        self._subject_cycles: dict[int, tuple[tuple[Entity, str], ...]] = {}
         self._days: dict[int, _Day] = {}
         self._lock = threading.Lock()
 
@@ -282,6 +284,7 @@ class World:
                 index=index,
                 level=level,
                 day_start=self.day_start(day),
+                subject=self._research_subject(day * n_per_day + index),
             )
             questions.append(question)
             articles.extend(binary_evidence(rng, question, cfg))
@@ -296,6 +299,20 @@ class World:
             articles.extend(kind_evidence(kind_question, cfg))
             articles.extend(self._question_articles(kind_question, kind_resolution))
         return _Day(tuple(questions), tuple(articles), resolutions, kind_questions)
+
+    def _research_subject(self, n: int) -> tuple[Entity, str] | None:
+        """The n-th binary question's subject from the research cycle (research.subject_cycle),
+        or None where subjects are drawn per question."""
+        cfg = self.config
+        if not (cfg.research and cfg.research_unique_subjects):
+            return None
+        size = sum(len(EVENTS[entity.topic]) for entity in self.entities)
+        cycle = self._subject_cycles.get(n // size)
+        if cycle is None:  # under self._lock: called while a day is generated
+            cycle = self._subject_cycles[n // size] = subject_cycle(
+                cfg.seed, self.entities, n // size
+            )
+        return cycle[n % size]
 
     def _question_articles(
         self,

@@ -223,10 +223,15 @@ def make_binary_question(
     index: int,
     level: int,
     day_start: datetime,
+    subject: tuple[Entity, str] | None = None,
 ) -> SimQuestion:
+    """A binary question drawn from `rng`; `subject` (entity, event), where given, replaces the
+    drawn pair, whose draws are still made so the rest of the stream is unchanged."""
     cfg = config
     entity = rng.choice(entities)
     event = rng.choice(EVENTS[entity.topic])
+    if subject is not None:
+        entity, event = subject
     timing = QuestionTiming(
         seed=cfg.seed,
         day=day,

@@ -35,9 +35,11 @@ from statistics import NormalDist
 from futureworld.world.config import cue_phrase
 from futureworld.world.vocabulary import (
     DISTRACTOR_EVENTS,
+    EVENTS,
     EVIDENCE_SOURCES,
     NUMERIC_MEANS,
     NUMERIC_UPPER,
+    Entity,
     Topic,
 )
 
@@ -50,6 +52,18 @@ LURE_EVENTS: dict[Topic, tuple[str, ...]] = {
 }
 """Rival events a lure reports odds on: never the event of any question (vocabulary.EVENTS),
 so a lure's reading is a reading of no question."""
+
+
+def subject_cycle(
+    seed: int, entities: Sequence[Entity], cycle: int
+) -> tuple[tuple[Entity, str], ...]:
+    """The `cycle`-th shuffle of every research subject: each entity with each event of its
+    topic (vocabulary.EVENTS), in an order drawn from a stream of its own; the world's n-th
+    binary question takes position n mod len of cycle n // len (WorldConfig
+    .research_unique_subjects)."""
+    subjects = [(entity, event) for entity in entities for event in EVENTS[entity.topic]]
+    random.Random(f"{seed}:subjects:{cycle}").shuffle(subjects)
+    return tuple(subjects)
 
 
 def level_prior(n_levels: int) -> tuple[float, ...]:

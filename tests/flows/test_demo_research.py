@@ -69,12 +69,17 @@ def test_research_is_off_by_default_and_the_default_demo_keeps_its_settings() ->
     )
     assert default.warm_start.config.ppo_epochs == default.sft_epochs
     research = DemoConfig(research=True, seed=2)
-    assert research.world_config(seed=2) == WorldConfig(seed=2, research=True)
+    assert research.world_config(seed=2) == WorldConfig(seed=2, research=True, n_entities=150)
+    assert research.world_config(seed=2).research_unique_subjects
     assert research.generation.max_turns >= 3 and research.generation.seed == 2
     # Choice and numeric questions are researched too; their answers need longer turns.
     kinds = DemoConfig(research=True, kinds=("binary", "choice", "numeric"))
     assert kinds.world_config(seed=0) == WorldConfig(
-        seed=0, research=True, choice_questions_per_day=10, numeric_questions_per_day=10
+        seed=0,
+        research=True,
+        n_entities=150,
+        choice_questions_per_day=10,
+        numeric_questions_per_day=10,
     )
     assert kinds.generation.max_new_tokens == kinds.kind_max_new_tokens == 64
     with pytest.raises(ValueError, match="validation_fraction"):
@@ -219,8 +224,9 @@ def test_a_noting_reference_notes_the_readings_it_counts_copied_from_what_it_saw
 
 def test_no_observation_shows_an_article_published_after_the_rollouts_as_of(warm) -> None:
     _, _, tokenizer = warm
-    panel = build_research_panel(7, 60, 20, max_horizon_days=2)
-    world = panel_world(7, 20, max_horizon_days=2)
+    base = WorldConfig(seed=7, max_horizon_days=2, research=True)
+    panel = build_research_panel(base, 60, 20)
+    world = panel_world(base, 20)
     sims = [world.question(item.question.external_id) for item in panel.questions]
     always = ResearcherPolicy(search_rate=1.0, poor_query_rate=0.5, open_rate=1.0)
     backend = ScriptedResearcher(tokenizer, sims, world, always)
@@ -405,11 +411,16 @@ def test_the_research_panels_choice_and_numeric_questions_are_researched_over_it
     that never searches scores the uniform forecast (the uninformed floor)."""
     _, _, tokenizer = warm_kinds
     kinds = (QuestionKind.CHOICE, QuestionKind.NUMERIC)
-    panel = build_research_panel(
-        7, 20, 10, max_horizon_days=2, kinds=kinds, kind_questions_per_day=12, kind_n=40
+    base = WorldConfig(
+        seed=7,
+        max_horizon_days=2,
+        research=True,
+        choice_questions_per_day=12,
+        numeric_questions_per_day=12,
     )
+    panel = build_research_panel(base, 20, 10, kind_n=40)
     assert [len(panel.kind_panels[k]) for k in kinds] == [40, 40]
-    world = panel_world(7, 10, max_horizon_days=2, kinds=kinds, kind_questions_per_day=12)
+    world = panel_world(base, 10)
     sims = [world.question(item.question.external_id) for item in panel.questions]
     sims += [item.sim for k in kinds for item in panel.kind_panels[k]]
     scores = {}

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from futureworld.agent.tools import InMemoryCorpus
 from futureworld.domain import QUANTILE_LEVELS
 from futureworld.world import (
     ArticleKind,
@@ -258,20 +259,67 @@ def test_lures_about_the_same_entity_carry_no_reading_of_the_question() -> None:
 
 
 def test_research_world_is_the_plain_world_paired_question_by_question() -> None:
-    research, plain = World(RESEARCH), World(WorldConfig(seed=0))
-    for r, p in zip(questions(research, range(5)), questions(plain, range(5)), strict=True):
-        assert (r.external_id, r.entity, r.event, r.cue_level, r.close_at) == (
-            p.external_id,
-            p.entity,
-            p.event,
-            p.cue_level,
-            p.close_at,
+    """Cue levels, dates, outcomes and readings are the plain world's, question by question;
+    the subject too where subjects are drawn per question, and a subject of the cycle else."""
+    plain = World(WorldConfig(seed=0))
+    drawn = World(dataclasses.replace(RESEARCH, research_unique_subjects=False))
+    cycled = World(RESEARCH)
+    for research in (drawn, cycled):
+        pairs = zip(questions(research, range(5)), questions(plain, range(5)), strict=True)
+        for r, p in pairs:
+            assert (r.external_id, r.cue_level, r.close_at) == (
+                p.external_id,
+                p.cue_level,
+                p.close_at,
+            )
+            assert research.resolution_as_of(r.external_id, FAR_FUTURE) == (
+                plain.resolution_as_of(p.external_id, FAR_FUTURE)
+            )
+            assert research.evidence_readings(r.external_id) == (
+                plain.evidence_readings(p.external_id)
+            )
+            subject = p.title.rsplit("?", 1)[0].replace(f"{p.entity} {p.event}", "{}")
+            assert r.title == subject.format(f"{r.entity} {r.event}") + "?"
+            if research is drawn:
+                assert (r.entity, r.event) == (p.entity, p.event)
+    subjects = [(q.entity, q.event) for q in questions(cycled, range(5))]
+    assert subjects != [(q.entity, q.event) for q in questions(drawn, range(5))]
+
+
+def test_a_research_subject_recurs_only_after_every_subject_was_asked() -> None:
+    """The subject cycle: each (entity, its topic's event) once per n_entities × 4 questions,
+    so an "<entity> <event>" search shows exactly its question's two evidence articles; with
+    subjects drawn per question it often shows another question's on the same subject."""
+    config = dataclasses.replace(RESEARCH, n_entities=25, questions_per_day=20)
+    world = World(config)
+    every = {(e.name, event) for e in world.entities for event in EVENTS[e.topic]}
+    assert len(every) == 100
+    asked = [(q.entity, q.event) for q in questions(world, range(10))]
+    assert len(asked) == 200
+    assert set(asked[:100]) == every and set(asked[100:]) == every
+    assert asked[:100] != asked[100:]  # each cycle its own order
+
+    def clean_searches(world: World) -> float:
+        at = world.day_start(8)
+        corpus = InMemoryCorpus(
+            dataclasses.replace(a.to_domain(base_url=BASE_URL, fetched_at=a.published_at), id=i)
+            for i, a in enumerate(world.articles_published_by(at), start=1)
         )
-        assert research.resolution_as_of(r.external_id, FAR_FUTURE) == plain.resolution_as_of(
-            p.external_id, FAR_FUTURE
-        )
-        assert research.evidence_readings(r.external_id) == plain.evidence_readings(p.external_id)
-        assert r.title == p.title.rsplit("?", 1)[0] + "?"
+        asked = [q for q in questions(world, range(1, 7)) if q.created_at <= at]
+        clean = 0
+        for question in asked:
+            found = corpus.search(f"{question.entity} {question.event}", question.created_at, 2)
+            clean += all(
+                f"{question.entity} will {question.event} by {question.close_at:%Y-%m-%d}"
+                in a.summary
+                for a in found
+            )
+        return clean / len(asked)
+
+    wide = dataclasses.replace(RESEARCH, n_entities=150, questions_per_day=40)
+    cycled = clean_searches(World(wide))
+    drawn = clean_searches(World(dataclasses.replace(wide, research_unique_subjects=False)))
+    assert cycled >= 0.95 and drawn <= cycled - 0.05, (cycled, drawn)
 
 
 def test_search_for_the_entity_and_event_finds_the_evidence_as_of_the_cutoff(engine) -> None:
