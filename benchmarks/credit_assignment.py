@@ -245,20 +245,14 @@ def markdown(summary: dict[str, object], estimators: Sequence[Estimator]) -> str
             f"{run['uninformed_floor']:.4f}) | {run['gap_closed']:+.2f} | "
             f"{_paths(run, 0)} → {_paths(run, 1)} | {run['min_parse_rate']:.3f} |"
         )
-    lines += [
-        "",
-        "| last round, paired | "
-        + " | ".join(
-            k
-            for k in next(iter(summary["last_round_brier_differences"].values()))  # type: ignore[union-attr]
-        )
-        + " |",
-    ]
     pairs = summary["last_round_brier_differences"]
-    lines.append("|---|" + "---|" * len(next(iter(pairs.values()))))  # type: ignore[union-attr]
-    for name, entry in pairs.items():  # type: ignore[union-attr]
-        cells = [_cell(d) for d in entry.values()]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if pairs:  # none with one estimator
+        columns = list(next(iter(pairs.values())))  # type: ignore[union-attr]
+        lines += ["", "| last round, paired | " + " | ".join(columns) + " |"]
+        lines.append("|---|" + "---|" * len(columns))
+        for name, entry in pairs.items():  # type: ignore[union-attr]
+            cells = [_cell(d) for d in entry.values()]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append(f"\nsame warm start per seed: {summary['same_warm_start']}")
     return "\n".join(lines)
 

@@ -8,7 +8,8 @@ it research the demo's held-out research panel once per question, exactly as rou
 rates RL starts from: first-turn tool calls, searches, rollouts whose observations hold
 their question's evidence, answers parsed, Brier against the informed and uninformed floors,
 and Brier by research path (found the evidence, searched and missed, did not search):
-whether the model reads what it finds.
+whether the model reads what it finds; and why the unparsed answers failed (each parse
+status, and how many rollouts spent their turns on tools without answering).
 
     .venv/bin/python benchmarks/research_warm_start.py --seeds 0-2 --sizes 5x10,20x4
 
@@ -27,6 +28,7 @@ import json
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,7 +49,7 @@ from flows.demo.rounds import round_policy
 from flows.demo.warm_start import warm_start
 from flows.settings import Settings
 from futureworld.agent.parsing import ActionKind
-from futureworld.domain import Trajectory
+from futureworld.domain import ParseStatus, Trajectory
 from futureworld.policy.loading import load_backend
 from futureworld.scoring import brier
 from futureworld.world import World
@@ -106,6 +108,7 @@ def measure(config: DemoConfig, work: Path) -> dict[str, object]:
         "evidence_rate": round(scores.evidence_rate, 4),
         **copies,
         **notes,
+        **parse_failures(groups),
         **{f"brier_{path}": round(scores.path_brier(path), 4) for path in ResearchPath},
         "parse_rate": round(score.parse_rate, 4),
         "brier": round(brier(score.p_yes, score.y), 4) if score.p_yes else None,
@@ -139,6 +142,30 @@ def query_copies(panel: ResearchPanel, groups: Sequence[Sequence[Trajectory]]) -
         "query_copied": round(copied / max(searches, 1), 4),
         "query_entity": round(entity / max(searches, 1), 4),
         "query_examples": examples,
+    }
+
+
+def parse_failures(groups: Sequence[Sequence[Trajectory]]) -> dict[str, object]:
+    """Why the panel's unparsed answers failed: each parse status's share of the rollouts,
+    the share that ended on a tool call (the turns ran out before an answer), and a few final
+    turns that did not parse."""
+    statuses: Counter[str] = Counter()
+    ended_on_tool = total = 0
+    examples = []
+    for group in groups:
+        for trajectory in group:
+            total += 1
+            if trajectory.parse_status is ParseStatus.OK:
+                continue
+            statuses[trajectory.parse_status.value] += 1
+            last = next((t for t in reversed(trajectory.turns) if t.role == "assistant"), None)
+            ended_on_tool += last is not None and last.tool_name is not None
+            if last is not None and len(examples) < 4:
+                examples.append(last.text[:80])
+    return {
+        "unparsed": {k: round(v / max(total, 1), 4) for k, v in statuses.most_common()},
+        "unparsed_ended_on_tool": round(ended_on_tool / max(total, 1), 4),
+        "unparsed_examples": examples,
     }
 
 
