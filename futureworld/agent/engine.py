@@ -58,6 +58,7 @@ from futureworld.agent.loop import (
     append_observation,
     belief_seed,
     fit_prompt,
+    leads_into_last_turn,
     record_belief,
     run_tool,
     turn_seed,
@@ -268,6 +269,9 @@ class RolloutEngine:
                         self._frame,
                         self._settings,
                         self._tokenizer,
+                        last_turn_next=leads_into_last_turn(
+                            request.rollout.turn_no, self._settings
+                        ),
                     )
                     future.add_done_callback(lambda _: streams[0].wake())
                     calls.append((future, request))

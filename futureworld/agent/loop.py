@@ -9,6 +9,10 @@ Every question kind runs through this one loop: a turn stops at the tools' closi
 its kind's answer tag (parsing.action_stop_strings), and only the kind's own answer format
 ends the rollout as answered; another kind's answer tag is no action (NO_ACTION).
 
+Budget: the observation that leads into a rollout's last turn ends with LAST_TURN_NOTICE, so
+the agent knows that turn must answer (a tool call there ends the rollout unanswered,
+MAX_TURNS); the prompt states the budget in no other way.
+
 Seeding: a rollout has its own seed (a hash of the agent's seed, the question, the policy
 version and the sample index: `rollout_seed`); its turn t samples with seed + t·1000003 and
 the belief after turn t with that plus 500009.
@@ -39,6 +43,8 @@ from futureworld.policy.base import FinishReason, Generation
 TURN_SEED_STRIDE = 1_000_003
 BELIEF_SEED_OFFSET = 500_009
 CUT_MARK = " […]"
+LAST_TURN_NOTICE = "\nLast turn: give your answer."
+"""Ends the observation before a rollout's last turn (module docstring, "Budget")."""
 
 
 class PromptTooLong(ValueError):
@@ -205,6 +211,12 @@ class Observation:
     """`Type: message` of a corpus failure (the rollout then stops with TOOL_ERROR)."""
 
 
+def leads_into_last_turn(turn_no: int, settings: GenerationSettings) -> bool:
+    """Whether the observation of turn `turn_no`'s tool call leads into the rollout's last
+    turn (turns count from 0; a rollout has `settings.max_turns`)."""
+    return turn_no + 2 == settings.max_turns
+
+
 def run_tool(
     action: Action,
     corpus: Corpus,
@@ -212,8 +224,11 @@ def run_tool(
     frame: tuple[str, str],
     settings: GenerationSettings,
     tokenizer: PreTrainedTokenizerBase,
+    *,
+    last_turn_next: bool = False,
 ) -> Observation:
-    """Run the search/open and tokenize its observation once (framed, cut to the budget)."""
+    """Run the search/open and tokenize its observation once (framed, cut to the budget,
+    ending with LAST_TURN_NOTICE where the turn it leads into is the rollout's last)."""
     t0 = time.perf_counter()
     result_ids: tuple[int, ...] = ()
     try:
@@ -231,6 +246,8 @@ def run_tool(
         )
     tool_s = time.perf_counter() - t0
     content = _truncate_middle(content, settings.max_observation_tokens, tokenizer)
+    if last_turn_next:
+        content += LAST_TURN_NOTICE
     text = frame[0] + content + frame[1]
     ids = tuple(tokenizer.encode(text, add_special_tokens=False))
     return Observation(action, tool_s, text=text, ids=ids, result_ids=result_ids)
@@ -290,7 +307,8 @@ def call_tool(
     tokenizer: PreTrainedTokenizerBase,
 ) -> None:
     """Run the search/open, then append its observation once-tokenized with mask 0."""
-    observation = run_tool(action, corpus, as_of, frame, settings, tokenizer)
+    last = leads_into_last_turn(rollout.turn_no, settings)
+    observation = run_tool(action, corpus, as_of, frame, settings, tokenizer, last_turn_next=last)
     append_observation(rollout, observation, len(prompt), settings)
 
 

@@ -15,6 +15,7 @@ import torch
 
 from futureworld.agent.engine import FailureKind, GroupFailure, GroupJob, RolloutEngine
 from futureworld.agent.loop import (
+    LAST_TURN_NOTICE,
     PromptTooLong,
     Rollout,
     append_generation,
@@ -80,6 +81,7 @@ def _reference_rollouts(
     for sample, seed in zip(job.samples, job.seeds, strict=True):
         rollout = Rollout(index=sample, seed=seed)
         for turn_no in range(settings.max_turns):
+            rollout.turn_no = turn_no
             budget = settings.max_total_tokens - len(prompt) - len(rollout.completion)
             params = SamplingParams(
                 temperature=settings.temperature,
@@ -243,6 +245,29 @@ def _on_two_slots(tiny_backend: LocalBackend, seeds: list[tuple[int, int]]):
     groups, failures, _ = _run(engine, jobs)
     [stream] = streams
     return groups, failures, stream
+
+
+def test_the_observation_before_the_last_turn_says_to_answer(tiny_backend: LocalBackend):
+    """With 3 turns: the observation after turn 0 leads into turn 1 (no notice), the one after
+    turn 1 into the last turn (the notice); a tool call on the last turn ends unanswered."""
+    backend = StaggeredBackend(tiny_backend.tokenizer)
+    job = GroupJob(question=make_question(id=1), samples=(0, 1, 2), seeds=(1, 2, 3), as_of=CUTOFF)
+    groups, failures, _ = _run(_three_turn_engine(backend), [job])
+    assert not failures
+    [(_, group)] = groups
+    notices = [
+        [LAST_TURN_NOTICE in turn.text for turn in t.turns if turn.role == "tool"] for t in group
+    ]
+    assert notices == [[False], [False, True], [False, True]]
+    assert [t.stop_reason for t in group] == [
+        StopReason.ANSWERED,
+        StopReason.ANSWERED,
+        StopReason.MAX_TURNS,
+    ]
+    last = next(turn for turn in group[1].turns[::-1] if turn.role == "tool")
+    tokenizer = tiny_backend.tokenizer
+    stored = group[1].completion_token_ids[last.token_start : last.token_end]
+    assert LAST_TURN_NOTICE in tokenizer.decode(list(stored))  # in the tokens, not just the text
 
 
 def test_requests_go_in_the_order_they_became_ready(tiny_backend: LocalBackend):

@@ -36,7 +36,7 @@ from flows.demo.warm_start import warm_start
 from flows.settings import Settings
 from flows.stages.train_options import TrainConfigError
 from flows.tracking import ReportTo
-from futureworld.agent.loop import run_tool
+from futureworld.agent.loop import leads_into_last_turn, run_tool
 from futureworld.agent.parsing import ActionKind, parse_action
 from futureworld.agent.prompts import SYSTEM_PROMPTS, encode_prompt, observation_frame
 from futureworld.answers import parse_final_answer
@@ -139,7 +139,7 @@ def test_a_demonstration_is_the_loops_own_tokens_for_the_references_actions(warm
         completion: list[int] = []
         mask: list[int] = []
         actions = [t.text for t in demo.turns if t.role == "assistant"]
-        for text in actions:
+        for turn_no, text in enumerate(actions):
             action_ids = tokenizer.encode(text, add_special_tokens=False)
             completion += action_ids
             mask += [1] * len(action_ids)
@@ -148,7 +148,13 @@ def test_a_demonstration_is_the_loops_own_tokens_for_the_references_actions(warm
             if action.kind is ActionKind.ANSWER:
                 break
             observation = run_tool(
-                action, corpus, question.info_cutoff_at, frame, SETTINGS, tokenizer
+                action,
+                corpus,
+                question.info_cutoff_at,
+                frame,
+                SETTINGS,
+                tokenizer,
+                last_turn_next=leads_into_last_turn(turn_no, SETTINGS),
             )
             completion += observation.ids
             mask += [0] * len(observation.ids)
