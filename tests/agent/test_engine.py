@@ -302,7 +302,10 @@ def test_jobs_are_pulled_only_up_to_the_lookahead(
     LOOKAHEAD_ROLLOUTS are unfinished, so no more groups than that are ever open."""
     monkeypatch.setattr("futureworld.agent.engine.LOOKAHEAD_ROLLOUTS", 4)
     backend = StaggeredBackend(tiny_backend.tokenizer)
-    backend.open_stream = lambda: TwoSlotStream(backend.generate, step_s=0.0)  # type: ignore[method-assign]
+    # Each step outlasts the tool calls it follows (as in _on_two_slots): a rollout waiting on a
+    # tool is neither ready nor in flight, and an engine with nothing ready pulls a job to keep
+    # the stream fed, so with tools slower than steps more groups would be open.
+    backend.open_stream = lambda: TwoSlotStream(backend.generate, step_s=0.05)  # type: ignore[method-assign]
     done: list[int] = []
     open_at_pull: list[int] = []
 
