@@ -96,7 +96,7 @@ class WorldConfig:
     """Research world only: a binary question's subject (its entity and event) is drawn
     without replacement from a shuffled cycle of every (entity, its topic's event) pair
     (research.subject_cycle), so no subject recurs before every other has been asked
-    (n_entities × 4 questions: 4 days at the defaults) and a search for a question's entity and
+    (n_entities × 4 questions: 8 days at the defaults) and a search for a question's entity and
     event finds its own evidence ahead of any earlier question's on the same subject (equal
     word overlap, newer). False draws each subject independently, as with research off: a
     subject then recurs within days, and such a search also finds the evidence of other
