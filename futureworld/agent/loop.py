@@ -306,10 +306,13 @@ def call_tool(
     settings: GenerationSettings,
     tokenizer: PreTrainedTokenizerBase,
 ) -> None:
-    """Run the search/open, then append its observation once-tokenized with mask 0."""
+    """Run the search/open, append its observation once-tokenized with mask 0 and, unless the
+    rollout stopped, move it on to its next turn (as the engine does after a tool call)."""
     last = leads_into_last_turn(rollout.turn_no, settings)
     observation = run_tool(action, corpus, as_of, frame, settings, tokenizer, last_turn_next=last)
     append_observation(rollout, observation, len(prompt), settings)
+    if rollout.stop is None:
+        rollout.turn_no += 1
 
 
 def record_belief(

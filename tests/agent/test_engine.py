@@ -81,7 +81,6 @@ def _reference_rollouts(
     for sample, seed in zip(job.samples, job.seeds, strict=True):
         rollout = Rollout(index=sample, seed=seed)
         for turn_no in range(settings.max_turns):
-            rollout.turn_no = turn_no
             budget = settings.max_total_tokens - len(prompt) - len(rollout.completion)
             params = SamplingParams(
                 temperature=settings.temperature,
