@@ -43,7 +43,7 @@ class DemoConfig:
     words) while subjects recurred within days; on the research world with a subject cycle and
     150 entities (`research_entities`) 0.97-0.99 are, and the warm start reads what it finds
     (docs/results.md, "Subjects asked once a cycle"). Research stays off by default: at its own
-    sizes the research demo learns to search on seeds 0-3, but only seeds 0 and 2 within the
+    sizes the research demo learns to search on seeds 0-4, but only seeds 0 and 2 within the
     whole claim, and a run takes 15-19 min two at a time, over the 10 the default demo may
     (docs/results.md, "The research demo at its own sizes").
     """
