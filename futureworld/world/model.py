@@ -93,6 +93,8 @@ class World:
         self.config = config or WorldConfig()
         self.entities: tuple[Entity, ...] = build_entities(self.config.seed, self.config.n_entities)
         self._subject_cycles: dict[int, tuple[tuple[Entity, str], ...]] = {}
+        self._subjects = sum(len(EVENTS[entity.topic]) for entity in self.entities)
+        """A research subject cycle's length: every entity with every event of its topic."""
         self._days: dict[int, _Day] = {}
         self._lock = threading.Lock()
 
@@ -306,13 +308,11 @@ class World:
         cfg = self.config
         if not (cfg.research and cfg.research_unique_subjects):
             return None
-        size = sum(len(EVENTS[entity.topic]) for entity in self.entities)
-        cycle = self._subject_cycles.get(n // size)
+        number, position = divmod(n, self._subjects)
+        cycle = self._subject_cycles.get(number)
         if cycle is None:  # under self._lock: called while a day is generated
-            cycle = self._subject_cycles[n // size] = subject_cycle(
-                cfg.seed, self.entities, n // size
-            )
-        return cycle[n % size]
+            cycle = self._subject_cycles[number] = subject_cycle(cfg.seed, self.entities, number)
+        return cycle[position]
 
     def _question_articles(
         self,
