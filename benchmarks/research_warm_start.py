@@ -9,7 +9,8 @@ rates RL starts from: first-turn tool calls, searches, rollouts whose observatio
 their question's evidence, answers parsed, Brier against the informed and uninformed floors,
 and Brier by research path (found the evidence, searched and missed, did not search):
 whether the model reads what it finds; and why the unparsed answers failed (each parse
-status, and how many rollouts spent their turns on tools without answering).
+status, how many rollouts spent their turns on tools without answering, and after which
+tool calls the failed answers came).
 
     .venv/bin/python benchmarks/research_warm_start.py --seeds 0-2 --sizes 5x10,20x4
 
@@ -147,9 +148,10 @@ def query_copies(panel: ResearchPanel, groups: Sequence[Sequence[Trajectory]]) -
 
 def parse_failures(groups: Sequence[Sequence[Trajectory]]) -> dict[str, object]:
     """Why the panel's unparsed answers failed: each parse status's share of the rollouts,
-    the share that ended on a tool call (the turns ran out before an answer), and a few final
-    turns that did not parse."""
+    the share that ended on a tool call (the turns ran out before an answer), the share after
+    each path of tool calls, and a few final turns that did not parse."""
     statuses: Counter[str] = Counter()
+    where: Counter[str] = Counter()
     ended_on_tool = total = 0
     examples = []
     for group in groups:
@@ -160,13 +162,23 @@ def parse_failures(groups: Sequence[Sequence[Trajectory]]) -> dict[str, object]:
             statuses[trajectory.parse_status.value] += 1
             last = next((t for t in reversed(trajectory.turns) if t.role == "assistant"), None)
             ended_on_tool += last is not None and last.tool_name is not None
+            where[_failed_turn(trajectory)] += 1
             if last is not None and len(examples) < 4:
                 examples.append(last.text[:80])
     return {
         "unparsed": {k: round(v / max(total, 1), 4) for k, v in statuses.most_common()},
         "unparsed_ended_on_tool": round(ended_on_tool / max(total, 1), 4),
+        "unparsed_after": {k: round(v / max(total, 1), 4) for k, v in where.most_common()},
         "unparsed_examples": examples,
     }
+
+
+def _failed_turn(trajectory: Trajectory) -> str:
+    """After which tool calls an unparsed rollout's last assistant turn came ("after
+    [search,open]"; "after []" for a first turn)."""
+    tools = [t.tool_name for t in trajectory.turns if t.role == "tool"]
+    path = ",".join(str(getattr(name, "value", name)) for name in tools)
+    return f"after [{path}]"
 
 
 _EVIDENCE_CLAIM = re.compile(r"(by \d{4}-\d{2}-\d{2} as [a-z ]+)\.")

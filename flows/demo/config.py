@@ -167,6 +167,12 @@ class DemoConfig:
     rows, so the brief demo's epochs on them would cost ~5x its warm start)."""
     research_sft_learning_rate: float = 4e-3
     """The research warm start's learning rate: few epochs, 16 rows a step, so a larger step."""
+    research_sft_lr_decay: bool = True
+    """Decay the research warm start's learning rate linearly to zero (TrainConfig.lr_decay).
+    At a constant 4e-3 the model it ended with still put a few percent on a tool's closing tag
+    after an answer's value ("<probability>0.93</open>"): seed 1's panel parsed 0.81, seed 3's
+    0.96; decayed, 0.985 and 0.981 (benchmarks/research_warm_start.py; docs/results.md, "The
+    research warm start's learning rate decays")."""
     research_sft_groups_per_step: int = 16
     """Demonstrations (whole or drills) per optimiser step of the research warm start."""
     research_panel_questions: int = 480
@@ -301,6 +307,7 @@ class DemoConfig:
                 learning_rate=self.research_sft_learning_rate
                 if self.research
                 else self.sft_learning_rate,
+                lr_decay=self.research and self.research_sft_lr_decay,
                 ppo_epochs=self.research_sft_epochs if self.research else self.sft_epochs,
                 micro_batch_tokens=2048,
                 groups_per_step=self.research_sft_groups_per_step if self.research else 4,

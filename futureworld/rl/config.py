@@ -135,7 +135,12 @@ class TrainConfig:
     reward_fn: RewardFn = DEFAULT_REWARD
     """Which stored reward replay trains on (brier, log_score, rlcr, crps)."""
     learning_rate: float = 1e-6
-    """AdamW learning rate (constant; the update is a handful of steps)."""
+    """AdamW learning rate (the peak under `lr_decay`)."""
+    lr_decay: bool = False
+    """Decay the learning rate linearly from `learning_rate` to zero over the optimiser steps
+    this call plans (its steps × ppo_epochs; an early stop ends sooner), as supervised
+    fine-tuning usually does. Off: constant, the right thing for an RL update of a handful of
+    steps. Each call (and each resumed call) decays over its own steps."""
     weight_decay: float = 0.0
     """AdamW decoupled weight decay."""
     adam_betas: tuple[float, float] = (0.9, 0.999)

@@ -231,11 +231,18 @@ def train_policy(
                 weight_decay=config.weight_decay,
             )
         global_step = int(resumed["global_step"])
+    planned = len(steps) * config.ppo_epochs
+    schedule = (
+        torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: 1.0 - done / planned)
+        if config.lr_decay
+        else None
+    )
     staleness = [r.staleness for r in advantages.rollouts]
     history: list[dict[str, float]] = []
     stopped = False
     for epoch in range(config.ppo_epochs):
         for step in steps:
+            lr = optimizer.param_groups[0]["lr"]
             outcome = train_step(model, optimizer, step.rows, config, forward=forward, spare=spare)
             metrics = outcome.metrics
             if outcome.stopped:
@@ -256,8 +263,11 @@ def train_policy(
                 rollouts=float(len(step.rollouts)),
                 staleness_mean=sum(step_staleness) / len(step_staleness),
                 staleness_max=float(max(step_staleness)),
-                steps_planned=float(len(steps) * config.ppo_epochs),  # an early stop ends sooner
+                steps_planned=float(planned),  # an early stop ends sooner
+                lr=lr,
             )
+            if schedule is not None:
+                schedule.step()
             history.append(metrics)
             if on_step is not None and world.is_main:
                 on_step(global_step, metrics)

@@ -466,12 +466,11 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
         questions_per_day=10,
         samples=4,
         research_panel_questions=60,
-        # 80 whole demonstrations, 4 a step at the smaller rate: the steps the format needs
-        # at this size (drills are tested on the warm start's own path below)
+        # 80 whole demonstrations, 4 a step, the rate decaying from the default peak: the steps
+        # the format needs at this size (drills are tested on the warm start's own path below)
         research_sft_days=2,
         research_drill_days=0,
         research_sft_groups_per_step=4,
-        research_sft_learning_rate=2e-3,
         report_to=ReportTo.TENSORBOARD,
     )
     result = run_demo(config)

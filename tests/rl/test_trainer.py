@@ -203,6 +203,33 @@ def test_sft_accepts_bare_trajectories_and_lowers_their_loss(tiny_model_dir, tmp
     assert result.metrics[-1]["loss"] < result.metrics[0]["loss"]
 
 
+def test_lr_decay_steps_the_learning_rate_linearly_to_zero(tiny_model_dir, tmp_path):
+    """Step k of N trains at lr·(1 − k/N), k from 0 (the recorded `lr` is the step's own); the
+    weights move less than at a constant rate; the saved optimiser ends at zero."""
+    trajectories = [r.trajectory for r in _scored(tiny_model_dir)]
+    config = dataclasses.replace(FAST, ppo_epochs=2, groups_per_step=2, lr_decay=True)
+    decayed = train_sft(tiny_model_dir, trajectories, config, tmp_path / "decayed")
+    assert decayed.steps == 8
+    assert [m["lr"] for m in decayed.metrics] == pytest.approx(
+        [1e-2 * (1 - k / 8) for k in range(8)]
+    )
+    saved = torch.load(decayed.checkpoint_path / "optimizer.pt", weights_only=True)
+    assert {g["lr"] for g in saved["param_groups"]} == {0.0}
+    constant = train_sft(
+        tiny_model_dir, trajectories, dataclasses.replace(config, lr_decay=False), tmp_path / "c"
+    )
+    assert {m["lr"] for m in constant.metrics} == {1e-2}
+    base = _tensors(tiny_model_dir, "model.safetensors")
+    moved = {
+        name: sum(
+            (_tensors(r.checkpoint_path, "model.safetensors")[name] - w).norm().item()
+            for name, w in base.items()
+        )
+        for name, r in (("decayed", decayed), ("constant", constant))
+    }
+    assert 0 < moved["decayed"] < moved["constant"]
+
+
 def test_sft_on_packed_demonstrations_equals_a_row_each(tiny_model_dir, tmp_path):
     trajectories = [r.trajectory for r in _scored(tiny_model_dir)]
     config = dataclasses.replace(FAST, ppo_epochs=2, groups_per_step=len(trajectories))
