@@ -37,8 +37,10 @@ def run_side_by_side(
 ) -> None:
     """Each job in a process of its own, `at_once` at a time, in order; with more than one at
     a time each gets FW_TORCH_THREADS=1 (else each takes every core and all run several times
-    slower). `on_done(job, seconds)` after each that succeeds; SystemExit naming those that
-    failed, once all have run."""
+    slower) and, when it logs to a folder, a PREFECT_HOME of its own there: ephemeral Prefect
+    servers started together on one home race on its database's migrations ("duplicate column
+    name") and then on its writes. `on_done(job, seconds)` after each that succeeds;
+    SystemExit naming those that failed, once all have run."""
     env = {**os.environ, "FW_TORCH_THREADS": "1"} if at_once > 1 else dict(os.environ)
     todo = list(jobs)
     running: list[tuple[Job, subprocess.Popen, float]] = []
@@ -47,8 +49,11 @@ def run_side_by_side(
         while todo and len(running) < at_once:
             job = todo.pop(0)
             output = None if job.log is None else job.log.open("w")
+            own = env
+            if at_once > 1 and job.log is not None and "PREFECT_API_URL" not in env:
+                own = {**env, "PREFECT_HOME": str(job.log.parent / "prefect")}
             process = subprocess.Popen(
-                job.command, env=env, stdout=output, stderr=subprocess.STDOUT if output else None
+                job.command, env=own, stdout=output, stderr=subprocess.STDOUT if output else None
             )
             if output is not None:
                 output.close()  # the child holds its own descriptor

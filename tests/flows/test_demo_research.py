@@ -68,7 +68,13 @@ def test_research_is_off_by_default_and_the_default_demo_keeps_its_settings() ->
         max_turns=1, max_new_tokens=12, max_total_tokens=1024, brief_prompt=True, seed=0
     )
     assert default.warm_start.config.ppo_epochs == default.sft_epochs
+    assert not default.warm_start.config.lr_decay
+    assert default.update.config.learning_rate == default.rl_learning_rate == 1e-3
     research = DemoConfig(research=True, seed=2)
+    # the research demo's own rates: a decaying warm start, half the binary demo's RL rate
+    assert research.warm_start.config.lr_decay
+    assert research.update.config.learning_rate == research.research_rl_learning_rate == 5e-4
+    assert not DemoConfig(research=True, research_sft_lr_decay=False).warm_start.config.lr_decay
     assert research.world_config(seed=2) == WorldConfig(seed=2, research=True, n_entities=150)
     assert research.world_config(seed=2).research_unique_subjects
     assert research.generation.max_turns >= 3 and research.generation.seed == 2
