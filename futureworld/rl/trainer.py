@@ -232,11 +232,13 @@ def train_policy(
             )
         global_step = int(resumed["global_step"])
     planned = len(steps) * config.ppo_epochs
-    schedule = (
-        torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: 1.0 - done / planned)
-        if config.lr_decay
-        else None
-    )
+    schedule = None
+    if config.lr_decay:
+        for group in optimizer.param_groups:  # a resumed state's own peak must not stand
+            group["initial_lr"] = config.learning_rate
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda done: 1.0 - done / max(planned, 1)
+        )
     staleness = [r.staleness for r in advantages.rollouts]
     history: list[dict[str, float]] = []
     stopped = False

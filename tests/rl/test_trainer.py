@@ -228,6 +228,14 @@ def test_lr_decay_steps_the_learning_rate_linearly_to_zero(tiny_model_dir, tmp_p
         for name, r in (("decayed", decayed), ("constant", constant))
     }
     assert 0 < moved["decayed"] < moved["constant"]
+    # a call resumed from a decayed one decays from its own peak, not the saved one
+    again = dataclasses.replace(config, learning_rate=3e-3)
+    resumed = train_sft(
+        tiny_model_dir, trajectories, again, tmp_path / "r", resume_from=decayed.checkpoint_path
+    )
+    assert [m["lr"] for m in resumed.metrics] == pytest.approx(
+        [3e-3 * (1 - k / 8) for k in range(8)]
+    )
 
 
 def test_sft_on_packed_demonstrations_equals_a_row_each(tiny_model_dir, tmp_path):
