@@ -27,6 +27,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "estimator": ("grpo", '"grpo"'),
     "reward_fn": ("log_score", '"log_score"'),
     "learning_rate": ("3e-5", "3e-5"),
+    "lr_decay": ("true", "true"),
     "weight_decay": ("0.01", "0.01"),
     "adam_betas": ("[0.8, 0.95]", "[0.8, 0.95]"),
     "max_grad_norm": ("0.5", "0.5"),
