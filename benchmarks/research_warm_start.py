@@ -176,9 +176,8 @@ def parse_failures(groups: Sequence[Sequence[Trajectory]]) -> dict[str, object]:
 def _failed_turn(trajectory: Trajectory) -> str:
     """After which tool calls an unparsed rollout's last assistant turn came ("after
     [search,open]"; "after []" for a first turn)."""
-    tools = [t.tool_name for t in trajectory.turns if t.role == "tool"]
-    path = ",".join(str(getattr(name, "value", name)) for name in tools)
-    return f"after [{path}]"
+    tools = [str(t.tool_name) for t in trajectory.turns if t.role == "tool"]
+    return f"after [{','.join(tools)}]"
 
 
 _EVIDENCE_CLAIM = re.compile(r"(by \d{4}-\d{2}-\d{2} as [a-z ]+)\.")

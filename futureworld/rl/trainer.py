@@ -232,13 +232,7 @@ def train_policy(
             )
         global_step = int(resumed["global_step"])
     planned = len(steps) * config.ppo_epochs
-    schedule = None
-    if config.lr_decay:
-        for group in optimizer.param_groups:  # a resumed state's own peak must not stand
-            group["initial_lr"] = config.learning_rate
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda done: 1.0 - done / max(planned, 1)
-        )
+    done = 0
     staleness = [r.staleness for r in advantages.rollouts]
     history: list[dict[str, float]] = []
     stopped = False
@@ -268,8 +262,10 @@ def train_policy(
                 steps_planned=float(planned),  # an early stop ends sooner
                 lr=lr,
             )
-            if schedule is not None:
-                schedule.step()
+            done += 1
+            if config.lr_decay:  # linearly to zero at the last planned step
+                for group in optimizer.param_groups:
+                    group["lr"] = config.learning_rate * (1.0 - done / planned)
             history.append(metrics)
             if on_step is not None and world.is_main:
                 on_step(global_step, metrics)
