@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from flows.tracking import ReportTo
-from futureworld.validation import DEFAULT_VALIDATION_FRACTION
+from futureworld.validation import DEFAULT_VALIDATION_FRACTION, GateOptions
 
 DAILY_CRON = "0 6 * * *"
 """The daily cycle's default schedule (UTC), as in prefect.yaml."""
@@ -79,6 +79,18 @@ class Settings(BaseSettings):
     id). A setting, not an update's option: replay must leave out the same slice every update,
     or a later gate would score a version on questions it trained on. 0 turns the gate off:
     every update is served as soon as it is registered."""
+    gate_max_questions: int = Field(default=GateOptions.max_questions, ge=1)
+    """The promotion gate scores a candidate on at most this many resolved validation
+    questions, the most recently resolved (FW_GATE_MAX_QUESTIONS; GateOptions.max_questions)."""
+    gate_max_unresolved: int = Field(default=GateOptions.max_unresolved, ge=0)
+    """...and judges its health also on up to this many open questions, the newest first
+    (FW_GATE_MAX_UNRESOLVED; GateOptions.max_unresolved; 0: resolved ones only)."""
+    gate_max_trained: int = Field(default=GateOptions.max_trained, ge=0)
+    """...and its fit on up to this many of its update's own resolved training questions
+    (FW_GATE_MAX_TRAINED; GateOptions.max_trained; 0: no fit rule). The gate forecasts every
+    one of them with the candidate, `GateOptions.samples` rollouts or more each, so these
+    three size its cost: an agent that researches over several turns costs several times a
+    one-turn forecast a rollout."""
     report_to: ReportTo = ReportTo.NONE
     """Where training and evaluation runs log their config and metrics (FW_REPORT_TO):
     tensorboard, mlflow, wandb or none, as TRL's `report_to` (flows.tracking)."""
@@ -108,6 +120,17 @@ class Settings(BaseSettings):
     @property
     def mlflow_store_uri(self) -> str:
         return self.mlflow_tracking_uri or f"sqlite:///{self.tracking_root / 'mlflow.db'}"
+
+    def gate(self, validation_fraction: float | None = None) -> GateOptions:
+        """The promotion gate's options: these settings' sizes, on `validation_fraction`
+        (default FW_VALIDATION_FRACTION, the slice replay leaves out)."""
+        fraction = self.validation_fraction if validation_fraction is None else validation_fraction
+        return GateOptions(
+            validation_fraction=fraction,
+            max_questions=self.gate_max_questions,
+            max_unresolved=self.gate_max_unresolved,
+            max_trained=self.gate_max_trained,
+        )
 
     def with_db(self, db_url: str | None) -> Settings:
         return self if db_url is None else self.model_copy(update={"db_url": db_url})

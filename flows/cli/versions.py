@@ -98,13 +98,11 @@ def gate_command(
     """Run the promotion gate: judge a version (or every candidate) against its parent on the
     held-out validation questions resolved by --as-of, and record promoted or rejected."""
     from flows.stages.promotion import GateError, gate_candidates, gate_version
-    from futureworld.validation import GateOptions
 
     with cli_context(db, as_of) as ctx:
-        # the slice replay leaves out (FW_VALIDATION_FRACTION) unless told otherwise
-        options = GateOptions(validation_fraction=ctx.settings.validation_fraction)
-        if fraction is not None:
-            options = GateOptions(validation_fraction=fraction)
+        # the slice replay leaves out (FW_VALIDATION_FRACTION) unless told otherwise, and the
+        # gate's sizes (FW_GATE_*)
+        options = ctx.settings.gate(fraction)
         require_agent(ctx, agent)
         if not ctx.agent(agent).backend.generates:
             raise UserError(f"gate: {agent} is a baseline: it has no versions to gate")

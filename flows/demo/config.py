@@ -213,6 +213,15 @@ class DemoConfig:
     """Share of the live questions the promotion gate holds out of every update and judges
     each candidate version on (FW_VALIDATION_FRACTION of the flows; 0 turns the gate off).
     The gate's validation set is the live world's questions; the panel is another matter."""
+    research_gate_max_questions: int = 40
+    """The promotion gate's sizes on the research world (FW_GATE_MAX_QUESTIONS, ..._UNRESOLVED,
+    ..._TRAINED of the flows; research off, the flows' defaults: 200, 100, 40). The gate
+    forecasts each of its questions with every candidate, 4 rollouts or more each, and a
+    research rollout is three turns: at the one-turn demo's sizes its forecasts were the
+    largest share of a research round's time (30% of the main thread, against 19% training;
+    docs/results.md, "The research demo's gate sized for multi-turn rollouts")."""
+    research_gate_max_unresolved: int = 40
+    research_gate_max_trained: int = 40
     report_to: ReportTo | None = None
     """Experiment tracker for every update's steps and summary and each round's panel scores
     (tensorboard, mlflow, wandb, none; flows.tracking); None: FW_REPORT_TO, else none."""
@@ -243,6 +252,11 @@ class DemoConfig:
             )
         if self.research and (self.research_max_turns < 3 or self.research_panel_questions < 1):
             raise ValueError("research needs max_turns >= 3 and research_panel_questions >= 1")
+        if (
+            self.research_gate_max_questions < 1
+            or min(self.research_gate_max_unresolved, self.research_gate_max_trained) < 0
+        ):
+            raise ValueError("research_gate_max_questions must be >= 1, the other sizes >= 0")
         self.researcher  # noqa: B018 — bad researcher rates fail here
         self.update  # noqa: B018 — a bad --set fails here, before the warm start
 
@@ -294,6 +308,28 @@ class DemoConfig:
             brief_prompt=True,
             seed=self.seed,
         )
+
+    @property
+    def gate_sizes(self) -> dict[str, int]:
+        """The promotion gate's sizes as Settings fields (FW_GATE_*): the research world's,
+        else the flows' defaults."""
+        from futureworld.validation import GateOptions
+
+        if self.research:
+            questions = self.research_gate_max_questions
+            unresolved = self.research_gate_max_unresolved
+            trained = self.research_gate_max_trained
+        else:
+            defaults = GateOptions()
+            assert defaults.max_questions is not None and defaults.max_unresolved is not None
+            assert defaults.max_trained is not None
+            questions, unresolved = defaults.max_questions, defaults.max_unresolved
+            trained = defaults.max_trained
+        return {
+            "gate_max_questions": questions,
+            "gate_max_unresolved": unresolved,
+            "gate_max_trained": trained,
+        }
 
     @property
     def researcher(self) -> ResearcherPolicy:

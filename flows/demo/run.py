@@ -46,7 +46,8 @@ each round researches their panels over the same corpus (flows.demo.research_pan
 and reported as without research (their floor there is the true distribution's score, below
 the informed one). Every report lists the versions and the promotion gate's verdicts; the
 gate holds out `validation_fraction` of the live questions (FW_VALIDATION_FRACTION of the
-flows).
+flows) and is sized by `DemoConfig.gate_sizes` (FW_GATE_*: smaller on the research world,
+whose rollouts are several turns).
 """
 
 from __future__ import annotations
@@ -162,7 +163,12 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     panels_from = panel_world(config.world_config(seed=config.seed), config.panel_questions)
     start_at = world.day_start(0) + timedelta(hours=CYCLE_HOUR)
     clock = SimClock(start_at)
-    settings = Settings(data_dir=state, db_url=f"sqlite:///{state / DATABASE}")
+    settings = Settings(
+        data_dir=state,
+        db_url=f"sqlite:///{state / DATABASE}",
+        validation_fraction=config.validation_fraction,
+        **config.gate_sizes,
+    )
     if config.report_to is not None:
         settings = settings.model_copy(update={"report_to": config.report_to})
 
@@ -244,7 +250,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     with (
         _finished(tracker),
         serve_world(world, clock) as server,
-        _flow_environment(settings, server, validation_fraction=config.validation_fraction),
+        _flow_environment(settings, server),
         panel_scorer() as scorer,
     ):
 
@@ -366,14 +372,15 @@ def _finished(tracker: Tracker) -> Iterator[None]:
 
 
 @contextmanager
-def _flow_environment(
-    settings: Settings, server: Any, *, validation_fraction: float
-) -> Iterator[None]:
+def _flow_environment(settings: Settings, server: Any) -> Iterator[None]:
     """The Prefect flows build their settings from the environment: point them at the demo's
-    database and world, and hold out the demo's validation share for the promotion gate, for
-    the duration of the rounds, then put the environment back."""
+    database and world, and hold out the demo's validation share for the promotion gate at
+    the demo's gate sizes, for the duration of the rounds, then put the environment back."""
     values = {
-        "FW_VALIDATION_FRACTION": repr(validation_fraction),
+        "FW_VALIDATION_FRACTION": repr(settings.validation_fraction),
+        "FW_GATE_MAX_QUESTIONS": str(settings.gate_max_questions),
+        "FW_GATE_MAX_UNRESOLVED": str(settings.gate_max_unresolved),
+        "FW_GATE_MAX_TRAINED": str(settings.gate_max_trained),
         "FW_DATA_DIR": str(settings.data_dir),
         "FW_DB_URL": settings.database_url,
         "FW_MANIFOLD_BASE_URL": server.manifold_base_url,

@@ -450,10 +450,10 @@ def replay_and_train(
 
 
 def gate_options(ctx: PipelineContext) -> GateOptions | None:
-    """The promotion gate every update passes through, on the settings' validation slice;
-    None when FW_VALIDATION_FRACTION is 0 (no gate: an update serves once registered)."""
-    fraction = ctx.settings.validation_fraction
-    return None if fraction <= 0 else GateOptions(validation_fraction=fraction)
+    """The promotion gate every update passes through, on the settings' validation slice and
+    sizes (FW_GATE_*); None when FW_VALIDATION_FRACTION is 0 (no gate: an update serves once
+    registered)."""
+    return None if ctx.settings.validation_fraction <= 0 else ctx.settings.gate()
 
 
 def _gate(ctx: PipelineContext, agent_name: str, version: int, gate: GateOptions):

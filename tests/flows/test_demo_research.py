@@ -50,6 +50,7 @@ from futureworld.domain import (
 )
 from futureworld.policy.tiny import train_tokenizer
 from futureworld.rl.config import Estimator
+from futureworld.validation import GateOptions
 from futureworld.world import World, WorldConfig
 from futureworld.world.config import cue_phrase
 from futureworld.world.questions import SimNumericQuestion
@@ -90,6 +91,19 @@ def test_research_is_off_by_default_and_the_default_demo_keeps_its_settings() ->
     assert kinds.generation.max_new_tokens == kinds.kind_max_new_tokens == 64
     with pytest.raises(ValueError, match="validation_fraction"):
         DemoConfig(validation_fraction=1.0)
+    # the gate's sizes: the flows' defaults, smaller on the research world
+    assert default.gate_sizes == {
+        "gate_max_questions": GateOptions().max_questions,
+        "gate_max_unresolved": GateOptions().max_unresolved,
+        "gate_max_trained": GateOptions().max_trained,
+    }
+    assert research.gate_sizes == {
+        "gate_max_questions": research.research_gate_max_questions,
+        "gate_max_unresolved": research.research_gate_max_unresolved,
+        "gate_max_trained": research.research_gate_max_trained,
+    }
+    with pytest.raises(ValueError, match="research_gate_max_questions"):
+        DemoConfig(research=True, research_gate_max_questions=0)
 
 
 def test_the_research_demo_elicits_beliefs_for_the_estimators_that_credit_turns() -> None:
@@ -477,6 +491,8 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
         research_sft_days=2,
         research_drill_days=0,
         research_sft_groups_per_step=4,
+        research_gate_max_questions=2,  # the gate's sizes reach the flows (FW_GATE_*)
+        research_gate_max_unresolved=3,
         report_to=ReportTo.TENSORBOARD,
     )
     result = run_demo(config)
@@ -517,9 +533,14 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
     panel = events.pop("demo-panel")
     assert [e.step for e in panel.Scalars("demo/panel/brier")] == list(range(config.rounds))
     assert any(n.startswith("v1-") for n in events), sorted(events)  # the warm start's
+    gated = []
     for name, run in events.items():  # and each RL update's, as the flows ran them
         steps = run.Scalars("train/loss")
         assert steps and run.Scalars("update/rollouts"), name
+        if "eval/validation/health_questions" in run.Tags()["scalars"]:
+            gated += [e.value for e in run.Scalars("eval/validation/health_questions")]
+            assert all(e.value <= 2 for e in run.Scalars("eval/validation/questions"))
+    assert gated and all(1 <= n <= 2 + 3 for n in gated), gated
 
 
 def test_a_ci_sized_research_demo_with_choice_and_numeric_questions_scores_every_kind(

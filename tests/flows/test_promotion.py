@@ -19,6 +19,7 @@ import torch
 from sqlalchemy import Engine, func, select
 
 from flows.context import PipelineContext
+from flows.settings import Settings
 from flows.stages.backfilling import backfill_rewards
 from flows.stages.predicting import predict
 from flows.stages.promotion import (
@@ -29,7 +30,7 @@ from flows.stages.promotion import (
     validation_question_ids,
 )
 from flows.stages.train_options import TrainOptions
-from flows.stages.training import replay_and_train
+from flows.stages.training import gate_options, replay_and_train
 from futureworld.domain import Agent, PolicyVersion, Question, VersionStatus
 from futureworld.policy.tiny import init_tiny_model
 from futureworld.rl.config import TrainConfig
@@ -289,6 +290,32 @@ def test_before_any_outcome_the_gate_judges_health_on_the_open_questions(
     closed = GateOptions(samples=2, min_rollouts=48, max_unresolved=0)
     again = _register(ctx, models["gibberish"], parent=healthy)
     assert gate_version(ctx, "tiny", again, closed).reason.startswith(NO_VALIDATION_DATA)
+
+
+def test_the_gate_is_sized_by_the_settings_every_update_and_the_cli_read(
+    engine: Engine, tmp_path: Path, models: dict[str, Path], monkeypatch
+) -> None:
+    """FW_GATE_MAX_UNRESOLVED and its siblings size the gate the training stage runs
+    (`gate_options`) and `futureworld gate` runs (`Settings.gate`): 6 open questions, at most
+    2 judged."""
+    monkeypatch.setenv("FW_GATE_MAX_QUESTIONS", "7")
+    monkeypatch.setenv("FW_GATE_MAX_UNRESOLVED", "2")
+    monkeypatch.setenv("FW_GATE_MAX_TRAINED", "0")
+    settings = Settings(data_dir=tmp_path)
+    assert (settings.gate().max_questions, settings.gate().max_trained) == (7, 0)
+    assert settings.gate(0.25).validation_fraction == 0.25
+    assert Settings(data_dir=tmp_path, gate_max_unresolved=0).gate().max_unresolved == 0
+    with pytest.raises(ValueError, match="gate_max_questions"):
+        Settings(data_dir=tmp_path, gate_max_questions=0)
+
+    _hedging_agent(engine, models)
+    _questions(engine, HELD_OUT[:3] + TRAINING)
+    ctx = make_context(engine, tmp_path, validation_fraction=0.1, gate_max_unresolved=2)
+    options = gate_options(ctx)
+    assert options is not None and options.max_unresolved == 2
+    report = gate_version(ctx, "tiny", _register(ctx, models["hedging"]), options)
+    assert (report.questions, report.health_questions) == (0, 2)
+    assert gate_options(make_context(engine, tmp_path, validation_fraction=0.0)) is None
 
 
 def test_the_validation_set_never_enters_a_replay_batch(
