@@ -44,9 +44,10 @@ class DemoConfig:
     words) while subjects recurred within days; on the research world with a subject cycle and
     150 entities (`research_entities`) 0.97-0.99 are, and the warm start reads what it finds
     (docs/results.md, "Subjects asked once a cycle"). Research stays off by default: with its
-    decayed warm start and RL at 5e-4 the research demo learns to search and lowers Brier
-    beyond the interval on every seed measured, but seed 1's calibration does not improve
-    (ECE +0.0121 on the 960-question panel, and +0.0286 in a run on 480), and a run took
+    decayed warm start and RL at 5e-4 the research demo learns to search on every seed
+    measured and lowers Brier beyond the interval on all but one run (seed 1's, alone, on
+    480 questions), but seed 1's calibration does not improve (ECE +0.0121 on the
+    960-question panel, and +0.0286 in that run on 480), and a run took
     22.3 min alone on 2 idle cores, over the 10 the default demo may (docs/results.md, "The
     research demo's gate sized for multi-turn rollouts, a 960-question panel and seed 1").
     """
