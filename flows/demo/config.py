@@ -315,25 +315,24 @@ class DemoConfig:
         )
 
     @property
-    def gate_sizes(self) -> dict[str, int]:
+    def gate_sizes(self) -> dict[str, int | None]:
         """The promotion gate's sizes as Settings fields (FW_GATE_*): the research world's,
-        else the flows' defaults."""
+        else GateOptions' own (given, so a user's FW_GATE_* cannot change a demo's gate)."""
         from futureworld.validation import GateOptions
 
-        if self.research:
-            questions = self.research_gate_max_questions
-            unresolved = self.research_gate_max_unresolved
-            trained = self.research_gate_max_trained
-        else:
-            defaults = GateOptions()
-            assert defaults.max_questions is not None and defaults.max_unresolved is not None
-            assert defaults.max_trained is not None
-            questions, unresolved = defaults.max_questions, defaults.max_unresolved
-            trained = defaults.max_trained
+        gate = (
+            GateOptions(
+                max_questions=self.research_gate_max_questions,
+                max_unresolved=self.research_gate_max_unresolved,
+                max_trained=self.research_gate_max_trained,
+            )
+            if self.research
+            else GateOptions()
+        )
         return {
-            "gate_max_questions": questions,
-            "gate_max_unresolved": unresolved,
-            "gate_max_trained": trained,
+            "gate_max_questions": gate.max_questions,
+            "gate_max_unresolved": gate.max_unresolved,
+            "gate_max_trained": gate.max_trained,
         }
 
     @property
