@@ -6,12 +6,20 @@ Every way a command can end is handled here, once, for the console entry point a
 typer's test runner alike (`CommandLine.main`): a usage mistake or a UserError (unknown name,
 bad value, unreachable service, bad path) prints one line on stderr and exits 2; a RunFailure
 or any other exception prints one line and exits 1. Tracebacks are printed only with
-`--debug` or FW_DEBUG=1. Secrets of the configuration never reach the printed line."""
+`--debug` or FW_DEBUG=1. Secrets of the configuration never reach the printed line.
+
+A SIGTERM (what `kill`, `pkill`, a container stop or a scheduler's timeout sends) ends a
+command of the console entry point the way Ctrl-C does: it is raised in the main thread as
+`Terminated`, which no `except Exception` handler catches, so every `with` block unwinds (a
+demo's panel worker and the tracker run are stopped, Prefect's temporary server too, by its
+exit hook) before the command prints one line and exits 143 (128 + SIGTERM). Python's
+default action would end the process on the spot and leave its children running."""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -34,7 +42,18 @@ USAGE_ERROR = 2
 """Exit code of the caller's mistakes (usage, unknown names, bad values, services, paths)."""
 RUN_FAILURE = 1
 """Exit code of a command that ran and failed."""
+TERMINATED = 128 + signal.SIGTERM
+"""Exit code of a command ended by SIGTERM (the shell's convention)."""
 DEBUG_ENV = "FW_DEBUG"
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread: a BaseException, so that no handler that records
+    and continues (`except Exception`) swallows it, as KeyboardInterrupt is not swallowed."""
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signal.Signals(signum).name)
 
 
 def debug_requested(args: Sequence[str]) -> bool:
@@ -54,6 +73,8 @@ def run_guarded(invoke: Callable[[], Any], *, debug: bool) -> int:
         )
     except typer.Abort:
         return _fail(RUN_FAILURE, "aborted", debug)
+    except Terminated:
+        return _fail(TERMINATED, "terminated by SIGTERM", debug)
     except UserError as error:
         return _fail(USAGE_ERROR, str(error), debug)
     except RunFailure as error:
@@ -137,5 +158,7 @@ app.command("demo")(demo_command)
 
 
 def main() -> None:
-    """The console entry point (`futureworld`, `python -m flows`)."""
+    """The console entry point (`futureworld`, `python -m flows`); SIGTERM unwinds the
+    command (`Terminated`)."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
     app()

@@ -14,9 +14,13 @@ was, while the process runs the two side by side.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
-from collections.abc import Sequence
+import os
+import signal
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from flows.context import PipelineContext
@@ -55,9 +59,23 @@ def round_policy(ctx: PipelineContext, agent: str, version: int | None = None) -
     return ctx.backend_spec(learner, policy), learner.generation, policy.version
 
 
-def panel_scorer() -> ProcessPoolExecutor:
-    """The worker process `score_round` runs in (spawned: no state shared with the caller)."""
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+@contextmanager
+def panel_scorer() -> Iterator[ProcessPoolExecutor]:
+    """The worker process `score_round` runs in (spawned: no state shared with the caller).
+
+    Left normally, it finishes the panel in flight; left by an exception (a failed cycle,
+    Ctrl-C, SIGTERM through the CLI), the worker is killed first: the executor's own exit
+    would wait out the whole panel before the demo could end."""
+    executor = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    worker = executor.submit(os.getpid).result()  # the one worker, started now
+    try:
+        yield executor
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):  # it has ended already
+            os.kill(worker, signal.SIGKILL)
+        executor.shutdown(wait=True, cancel_futures=True)
+        raise
+    executor.shutdown(wait=True)
 
 
 def score_round(

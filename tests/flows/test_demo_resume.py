@@ -3,7 +3,8 @@ recorded continues from its state (warm start kept, the round's panel scored fro
 it served, the half-started round re-run on the database its predecessor left) and ends with
 an uninterrupted run's results, exactly; a resume with another configuration, or with nothing
 to resume, is refused before anything changes. The uninterrupted run, read through a pipe,
-also shows the non-terminal heartbeat all through the warm start."""
+also shows the non-terminal heartbeat all through the warm start. A demo stopped with SIGTERM
+at the same point ends its panel worker and Prefect's server before it exits."""
 
 from __future__ import annotations
 
@@ -91,6 +92,29 @@ def _run(out: Path, env: dict[str, str], *extra: str, kill_at: str | None = None
         process.wait()
 
 
+def _descendants(pid: int) -> set[int]:
+    """The processes below `pid`, from /proc (each process's parent is its stat's 4th field)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):  # a process that ended while listed
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its parent's wait."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def _warm_start_checkpoint(state: Path) -> tuple[int, int, int]:
     """(inode, mtime) of the version-1 checkpoint folder and the mtime of its weights."""
     folder = state / "checkpoints" / "forecaster" / "v1"
@@ -152,6 +176,50 @@ def test_a_demo_killed_after_its_first_round_resumes_to_the_uninterrupted_result
     resumed = json.loads(report)
     assert len(resumed["lineage"]) >= 3, resumed["lineage"]  # base, warm start, round 1's
     assert all(r["parse_rate"] > 0 for r in resumed["rounds"]), resumed["rounds"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2 * RUN_GUARD_S)
+def test_a_demo_stopped_with_sigterm_ends_its_children_and_says_so(tmp_path):
+    """SIGTERM to the demo alone (as `kill` and `pkill` send it), once its first round's
+    panel is in flight in the worker process and Prefect's temporary server is up: the demo
+    unwinds, exits 143 with one line, and leaves none of its processes running."""
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    process = subprocess.Popen(
+        [*DEMO, "--out", str(tmp_path / "demo")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    guard = threading.Timer(RUN_GUARD_S, lambda: os.killpg(process.pid, signal.SIGKILL))
+    guard.start()
+    children: set[int] = set()
+    texts: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            texts.append(line.rstrip("\n"))
+            if "round 1: daily cycle" in line:
+                children = _descendants(process.pid)
+                process.send_signal(signal.SIGTERM)
+                break
+        # Not the pipe's end: an orphaned child would hold it open.
+        code = process.wait(timeout=RUN_GUARD_S)
+        left = [pid for pid in children if _alive(pid)]
+    finally:
+        guard.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # nothing of the run outlives the test
+        process.wait()
+    texts += process.stdout.read().splitlines()
+
+    assert children, texts  # the kill point was reached, with the worker and server running
+    assert code == 143, "\n".join(texts)
+    assert texts[-1] == "error: terminated by SIGTERM", texts[-5:]
+    # Every child was stopped before the demo exited (an orphan is re-parented, alive).
+    assert not left, (left, children)
 
 
 def test_a_resume_is_refused_without_a_warm_start_or_with_another_configuration(tmp_path):
