@@ -17,6 +17,7 @@ whose sources were partial notes it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import date
@@ -107,9 +108,17 @@ def _said(label: str, report: Any) -> Any:
     return report
 
 
+PROGRESS_INTERVAL_S = 1.0
+"""Least time between two updates of a stage's progress artifact before it is done. Each
+update is a call to the Prefect API from the thread that completed the unit (predict's
+writer, the update's step loop), with a client built for it; unthrottled (once per whole
+percent) they took 111 s of a 19-minute research demo's main process."""
+
+
 class StageProgress:
     """A stage's progress as a Prefect progress artifact (0–100 %), created when the stage
-    knows its total and updated as each unit completes (at most once per whole percent)."""
+    knows its total and updated as units complete: at most once per whole percent and per
+    `PROGRESS_INTERVAL_S`, and always at 100 %."""
 
     def __init__(self, description: str) -> None:
         self.description = description
@@ -117,12 +126,13 @@ class StageProgress:
         self.done = 0
         self._id: Any = None
         self._shown = -1
+        self._shown_at = 0.0
 
     def start(self, total: int) -> None:
         self.total = total
         if total > 0:
             self._id = create_progress_artifact(0.0, description=self.description)
-            self._shown = 0
+            self._shown, self._shown_at = 0, time.monotonic()
 
     def advance(self) -> None:
         self.done += 1
@@ -145,9 +155,12 @@ class StageProgress:
             self._show(100)
 
     def _show(self, percent: int) -> None:
-        if percent > self._shown:
+        now = time.monotonic()
+        if percent > self._shown and (
+            percent == 100 or now - self._shown_at >= PROGRESS_INTERVAL_S
+        ):
             update_progress_artifact(self._id, float(percent))
-            self._shown = percent
+            self._shown, self._shown_at = percent, now
 
 
 # ── tasks: one stage call each ───────────────────────────────────────────────────────────
