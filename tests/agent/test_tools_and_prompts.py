@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import random
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,7 +19,7 @@ from futureworld.agent.tools import (
     format_article,
     format_search_results,
 )
-from futureworld.domain import NumericSpec, QuestionKind
+from futureworld.domain import Article, NumericSpec, QuestionKind
 from futureworld.policy.local import LocalBackend
 from tests.agent.agent_doubles import CUTOFF, make_articles, make_question
 
@@ -30,6 +32,45 @@ def test_in_memory_corpus_hides_articles_published_after_as_of():
     assert 3 in [a.id for a in corpus.search("raises", CUTOFF + timedelta(days=6), k=10)]
     assert corpus.open(3, CUTOFF) is None and corpus.open(1, CUTOFF) is not None
     assert corpus.search("rates", CUTOFF, k=1)[0].id == 2  # ties go to the newest
+
+
+def test_in_memory_search_ranks_as_a_scan_of_every_article_would():
+    """The word index visits only articles sharing a word with the query; the ranking is the
+    rule's, checked against a scan of every article: more distinct query words, then newer,
+    then the lower id (random corpora with many ties, queries with repeated and unknown
+    words, cut-offs in the middle of the corpus)."""
+    rng = random.Random(7)
+    vocabulary = [f"w{i}" for i in range(30)]
+    articles = [
+        Article(
+            feed="news",
+            guid=f"g{i}",
+            link=f"https://news.example/{i}",
+            title=" ".join(rng.choices(vocabulary, k=3)),
+            published_at=CUTOFF + timedelta(hours=rng.randint(-48, 48)),  # hour ties
+            fetched_at=CUTOFF + timedelta(days=3),
+            summary=" ".join(rng.choices(vocabulary, k=4)),
+            body=" ".join(rng.choices(vocabulary, k=rng.randint(0, 8))).upper(),
+            id=i,
+        )
+        for i in rng.sample(range(1, 10_000), 400)
+    ]
+    corpus = InMemoryCorpus(articles)
+
+    def scan(query: str, as_of: datetime, k: int) -> list[int]:
+        terms = set(re.findall(r"\w+", query.lower()))
+        scored = []
+        for a in articles:
+            words = set(re.findall(r"\w+", f"{a.title} {a.summary} {a.body}".lower()))
+            if a.published_at <= as_of and terms & words:
+                scored.append((-len(terms & words), -a.published_at.timestamp(), a.id))
+        return [i for _, _, i in sorted(scored)[:k]]
+
+    for _ in range(300):
+        query = " ".join(rng.choices([*vocabulary, "unknown", "W3"], k=rng.randint(1, 4)))
+        as_of = CUTOFF + timedelta(hours=rng.randint(-60, 60))
+        k = rng.choice([1, 2, 5, 50])
+        assert [a.id for a in corpus.search(query, as_of, k)] == scan(query, as_of, k), query
 
 
 def test_search_results_are_numbered_snippets_with_ids_and_dates():
