@@ -64,11 +64,16 @@ def _count(engine, table) -> int:
         return int(session.scalar(select(func.count()).select_from(table)))
 
 
-def _latest_artifact(key: str):
+def _artifacts(key: str) -> list:
+    """Every version of the artifact `key`."""
     with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])), limit=50
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])), limit=200
         )
+
+
+def _latest_artifact(key: str):
+    found = _artifacts(key)
     assert found, f"no artifact {key!r}"
     return max(found, key=lambda a: a.created)
 
@@ -357,8 +362,11 @@ def test_daily_cycle_trains_an_llm_agent_then_predicts_with_its_new_version(
             ],
         )
     as_of = (CUTOFF + timedelta(days=4)).isoformat()
+    dashboards = len(_artifacts(artifact_key("dashboard", "tiny")))
     stages = {s.stage: s for s in daily_cycle_flow(as_of=as_of, feeds=[], samples=2, train=TRAIN)}
     assert stages["train tiny"].counts["to_version"] == 1
+    # one dashboard a cycle: after evaluate, not also after the update it shows
+    assert len(_artifacts(artifact_key("dashboard", "tiny"))) == dashboards + 1
     predicted = stages["predict tiny"].counts
     assert (predicted["policy_version"], predicted["questions"], predicted["rollouts"]) == (1, 1, 2)
     assert stages["evaluate"].failed is None  # tiny-model answers rarely parse: few scored
