@@ -11,6 +11,10 @@ and by what their observations held:
 For each group, the correlation of the answers with the posterior the readings imply
 (`informed_p_yes`, as if they were about the question) and the answers' mean. A reader that
 uses its evidence correlates highly on own; one that ignores lures correlates near 0 there.
+For own, also how the answers map the posterior (`answer_map`): the slope of the answer's
+log-odds on the posterior's (1 for a calibrated reader, the reference's `research_sharpening`
+for one that copies it), the residual spread about that line in log-odds, and the answers'
+expected Brier under the posterior against the posterior's own (the floor on those rollouts).
 
     .venv/bin/python benchmarks/research_reading.py reports/credit_assignment/seed-0/dr_grpo
 
@@ -38,6 +42,21 @@ from storage.tables import AgentRow
 
 MIN_ROLLOUTS = 10
 """A (version, kind) cell with fewer answered rollouts is left out."""
+LOGIT_CLIP = 0.01
+"""Answers and posteriors are clipped to [LOGIT_CLIP, 1 - LOGIT_CLIP] before their log-odds."""
+
+
+def answer_map(pairs: np.ndarray) -> tuple[float, float, float, float]:
+    """(slope, residual sd, expected Brier, floor) of (answer, posterior) pairs: the least-squares
+    line of the answer's log-odds on the posterior's, the spread of the log-odds about it, the
+    answers' mean Brier expected under the posterior, (a − q)² + q(1 − q), and that of the
+    posterior itself, q(1 − q)."""
+    answer, posterior = pairs[:, 0], pairs[:, 1]
+    a, q = (np.log(x / (1 - x)) for x in np.clip(pairs, LOGIT_CLIP, 1 - LOGIT_CLIP).T)
+    slope, intercept = np.polyfit(q, a, 1)
+    floor = posterior * (1 - posterior)
+    expected = (answer - posterior) ** 2 + floor
+    return float(slope), float((a - slope * q - intercept).std()), expected.mean(), floor.mean()
 
 
 def claim_pattern(n_levels: int) -> re.Pattern[str]:
@@ -94,8 +113,9 @@ def reading_rows(out_dir: Path) -> dict[int, dict[str, list[tuple[float, float]]
 def table(out_dir: Path) -> str:
     lines = [
         f"{out_dir}",
-        "| version | own: n / corr / mean answer | lure: n / corr / mean answer |",
-        "|---|---|---|",
+        "| version | own: n / corr / mean answer | own: slope / residual sd (log-odds) / "
+        "Brier expected / floor | lure: n / corr / mean answer |",
+        "|---|---|---|---|",
     ]
     for version, kinds in sorted(reading_rows(out_dir).items()):
         cells = []
@@ -103,9 +123,14 @@ def table(out_dir: Path) -> str:
             pairs = np.asarray(kinds.get(kind, []))
             if len(pairs) < MIN_ROLLOUTS:
                 cells.append(f"{len(pairs)} / — / —")
+                if kind == "own":
+                    cells.append("—")
                 continue
             corr = np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1]
             cells.append(f"{len(pairs)} / {corr:+.2f} / {pairs[:, 0].mean():.2f}")
+            if kind == "own":
+                slope, spread, expected, floor = answer_map(pairs)
+                cells.append(f"{slope:.2f} / {spread:.2f} / {expected:.3f} / {floor:.3f}")
         lines.append(f"| v{version} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
