@@ -45,11 +45,11 @@ class DemoConfig:
     150 entities (`research_entities`) 0.97-0.99 are, and the warm start reads what it finds
     (docs/results.md, "Subjects asked once a cycle"). Research stays off by default: with its
     decayed warm start and RL at 5e-4 the research demo learns to search on every seed
-    measured and lowers Brier beyond the interval on all but one run (seed 1's, alone, on
-    480 questions), but seed 1's calibration does not improve (ECE +0.0121 on the
-    960-question panel, and +0.0286 in that run on 480), and a run took
-    22.3 min alone on 2 idle cores, over the 10 the default demo may (docs/results.md, "The
-    research demo's gate sized for multi-turn rollouts, a 960-question panel and seed 1").
+    measured, but whether a run learns by the whole claim is a draw (two runs of seed 0, one
+    learned; seed 1's calibration worsened in every run): RL teaches it to search, not to
+    temper its answers after reading, which keep the reference's over-confidence; and a run
+    takes 16.2 min alone on 2 idle cores, over the 10 the default demo may (docs/results.md,
+    "A research round profiled, and what RL changes in the agent's answers").
     """
 
     out_dir: Path = Path("reports/demo")
