@@ -410,10 +410,11 @@ def daily_cycle_flow(
     `train.min_groups` completed groups), serve the newest version, then predict, then
     (estimator provisional_consensus only) the provisional rewards of its unresolved groups
     → evaluate all agents. A failing stage is recorded in the summary artifact and the cycle
-    goes on; the run fails at the end if any stage did. Each generating agent's dashboard is
-    published once, after evaluate (with the live scores), or without them where evaluate
-    scored none of its forecasts (a plot costs ~1 s: one after the update as well, replaced
-    minutes later, took 19 s of a 19-minute research demo's main thread)."""
+    goes on; the run fails at the end if any stage did. The dashboard of each generating
+    agent that was scored or updated is published once, after evaluate: with its live scores,
+    or without them where evaluate scored none of its forecasts (a plot costs ~1 s: one after
+    the update as well, replaced minutes later, took 19 s of a 19-minute research demo's main
+    thread)."""
     with _open(as_of) as ctx:
         stages: list[artifacts.StageSummary] = []
         _step(stages, "harvest", harvest_task, ctx, sources, feeds)
