@@ -56,7 +56,8 @@ def answer_map(pairs: np.ndarray) -> tuple[float, float, float, float]:
     slope, intercept = np.polyfit(q, a, 1)
     floor = posterior * (1 - posterior)
     expected = (answer - posterior) ** 2 + floor
-    return float(slope), float((a - slope * q - intercept).std()), expected.mean(), floor.mean()
+    spread = (a - slope * q - intercept).std()
+    return float(slope), float(spread), float(expected.mean()), float(floor.mean())
 
 
 def claim_pattern(n_levels: int) -> re.Pattern[str]:
