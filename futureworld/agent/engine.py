@@ -15,8 +15,17 @@ order with every first turn queued at once (benchmarks/predict_http.py's perfect
 pulled a few groups at a time, ready order was no better than start order (0.84–0.86 of
 max_concurrency with 0.2 s requests), with the lookahead 0.91–0.92. Groups then finish less
 in the order they started.
-Tool calls run on `TOOL_WORKERS` threads; a finished call wakes the stream and its observation
-is appended on the engine's thread, in call order, so a rollout's state changes only there.
+Tool calls run on `TOOL_WORKERS` threads and their observations are appended on the engine's
+thread, in call order, so a rollout's state changes only there. When the stream is stepped
+(`GenerationStream.stepped`: the local backend's decode steps), a call made after step s is
+taken back after step s + 1, which it ran beside, waiting for it if need be (or at once when
+nothing is left in flight): which requests share a decode step is then a function of the
+computation, not of how fast a query ran, so a seeded run repeats token for token. Before,
+a call was taken back at the first check that found it finished; the rows of a step, and so
+the float rounding of its batched forward, followed the machine's load, and two runs of one
+seed of the research demo parted after round 2 (docs/results.md, "A research round profiled,
+and what RL changes in the agent's answers"). Over HTTP a finished call wakes the stream and
+is taken back at once: the server's own timing decides the order anyway.
 
 Sampling is seeded per rollout (futureworld.agent.loop), so the engine's rollouts equal a
 one-at-a-time loop's whatever else runs beside them. Failures are per group: a prompt too long
@@ -158,9 +167,12 @@ class RolloutEngine:
         """Requests waiting for the stream, in the order they were made (keys increase)."""
         in_flight: dict[int, _Request] = {}
         active: dict[int, GroupInFlight] = {}
-        calls: deque[tuple[Future[Observation], _Request]] = deque()
-        """Tool calls running, taken back in the order they were made (as inline calls
-        were), so what a rollout's next turn sees never depends on which query ran faster."""
+        calls: deque[tuple[Future[Observation], _Request, int]] = deque()
+        """Tool calls running and the step they were made after, taken back in the order they
+        were made (as inline calls were), so what a rollout's next turn sees never depends on
+        which query ran faster."""
+        stepped = streams[0].stepped
+        steps = 0
         exhausted = False
 
         def settle(request: _Request, follow_ups: list[_Request]) -> None:
@@ -192,8 +204,11 @@ class RolloutEngine:
 
         try:
             while True:
-                while calls and calls[0][0].done():
-                    future, request = calls.popleft()
+                # Stepped: every call made after an earlier step (all of them when nothing is
+                # in flight), finished or not; else the calls that have finished.
+                through = steps if not in_flight else steps - 1
+                while calls and (calls[0][2] <= through if stepped else calls[0][0].done()):
+                    future, request, _ = calls.popleft()
                     observation = future.result()
                     if not request.group.failed:
                         settle(request, self._after_tool(request, observation))
@@ -227,6 +242,7 @@ class RolloutEngine:
                     break
                 try:
                     results = stream.advance()
+                    steps += 1
                 except Exception as error:  # A whole step failed: no row to blame yet.
                     stream.close()
                     suspects = sorted(active.values(), key=lambda g: g.order)
@@ -273,8 +289,9 @@ class RolloutEngine:
                             request.rollout.turn_no, self._settings
                         ),
                     )
-                    future.add_done_callback(lambda _: streams[0].wake())
-                    calls.append((future, request))
+                    if not stepped:
+                        future.add_done_callback(lambda _: streams[0].wake())
+                    calls.append((future, request, steps))
         finally:
             streams[0].close()
 

@@ -95,6 +95,10 @@ class ContinuousBatch:
     def in_flight(self) -> int:
         return len(self._rows) + len(self._joining)
 
+    @property
+    def stepped(self) -> bool:
+        return True  # one decode step of what was offered: time never enters
+
     def offer(self, request: StreamRequest) -> bool:
         if not request.prompt:
             raise ValueError(f"request {request.key}: every prompt needs at least one token")

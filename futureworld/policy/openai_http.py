@@ -312,6 +312,10 @@ class _HttpStream:
     def in_flight(self) -> int:
         return len(self._keys)
 
+    @property
+    def stepped(self) -> bool:
+        return False  # requests end when the server answers them
+
     def offer(self, request: StreamRequest) -> bool:
         if self._keys and len(self._keys) >= self._limit:
             return False

@@ -66,6 +66,14 @@ class GenerationStream(Protocol):
         """Requests taken and not yet returned."""
         ...
 
+    @property
+    def stepped(self) -> bool:
+        """Whether `advance` is one step of a computation that depends only on what was
+        offered, never on time (a local decode step): the rollout engine then takes tool
+        results back at points fixed by the steps, so a seeded run repeats exactly. False
+        where requests end when a server answers them."""
+        ...
+
     def close(self) -> None:
         """Drop everything still in flight and free the resources."""
         ...
@@ -137,6 +145,10 @@ class SequentialStream:
     @property
     def in_flight(self) -> int:
         return len(self._waiting)
+
+    @property
+    def stepped(self) -> bool:
+        return True
 
     def wake(self) -> None:
         pass  # `advance` runs the waiting requests at once; it never blocks on others.

@@ -5,6 +5,7 @@ rollouts end; its rollouts must be the reference's, token for token."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -138,6 +139,60 @@ def test_engine_rollouts_equal_the_one_at_a_time_loop(taught_model, max_batch_to
             assert trajectory.sampling["seed"] == expected.seed
             multi_turn += any(t.role == "tool" for t in trajectory.turns)
     assert multi_turn > 0  # the comparison covers tool turns, not only one-turn answers
+
+
+class SlowCorpus(RecordingCorpus):
+    """Each query takes a random while, drawn from its own `delays` generator."""
+
+    def __init__(self, articles, delays: random.Random) -> None:
+        super().__init__(articles)
+        self._delays = delays
+
+    def search(self, query, as_of, k):
+        time.sleep(self._delays.uniform(0.0, 0.1))
+        return super().search(query, as_of, k)
+
+    def open(self, article_id, as_of):
+        time.sleep(self._delays.uniform(0.0, 0.1))
+        return super().open(article_id, as_of)
+
+
+def test_a_seeded_run_repeats_whatever_time_its_tool_calls_take(taught_model):
+    """On the local backend a tool call's result joins the decode step after the one it ran
+    beside, however long it took: the rows of every step, and every token and log-prob, are
+    the same on two runs whose queries take different, random times. (When a result joined
+    at the first check that found it finished, the steps' rows followed the machine's load.)"""
+    model, tokenizer = taught_model
+    runs = []
+    for delay_seed in (1, 2):
+        backend = LocalBackend(model, tokenizer, max_batch_tokens=1400)
+        steps: list[tuple[int, ...]] = []
+        batch_type = type(backend.open_stream())
+
+        class Recording(batch_type):  # type: ignore[misc, valid-type]
+            def advance(self):
+                steps.append(tuple(sorted(r.request.key for r in self._rows + self._joining)))
+                return super().advance()
+
+        def open_stream(backend=backend, cls=Recording) -> Recording:
+            stream = LocalBackend.open_stream(backend)
+            stream.__class__ = cls
+            return stream
+
+        backend.open_stream = open_stream  # type: ignore[method-assign]
+        corpus = SlowCorpus(make_articles(), random.Random(delay_seed))
+        engine = RolloutEngine(backend, corpus, SETTINGS, agent_id=3, policy_version=VERSION)
+        groups, failures, _ = _run(engine, _jobs(samples=6))
+        assert not failures
+        runs.append((steps, [(job.question.id, group) for job, group in groups]))
+    (steps_1, groups_1), (steps_2, groups_2) = runs
+    assert sum(any(t.role == "tool" for t in g.turns) for _, gs in groups_1 for g in gs) > 4
+    assert steps_1 == steps_2
+    for (id_1, group_1), (id_2, group_2) in zip(groups_1, groups_2, strict=True):
+        assert id_1 == id_2
+        for a, b in zip(group_1, group_2, strict=True):
+            assert a.completion_token_ids == b.completion_token_ids
+            assert a.behaviour_logprobs == b.behaviour_logprobs  # exactly: the same steps
 
 
 class StaggeredBackend:
