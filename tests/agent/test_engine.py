@@ -30,6 +30,7 @@ from futureworld.agent.prompts import encode_prompt, observation_frame
 from futureworld.agent.tools import Corpus
 from futureworld.domain import GenerationSettings, StopReason, Trajectory
 from futureworld.policy.base import FinishReason, Generation, SamplingParams
+from futureworld.policy.batching import ContinuousBatch
 from futureworld.policy.local import LocalBackend
 from futureworld.policy.streaming import SequentialStream
 from futureworld.policy.tiny import init_tiny_model
@@ -142,57 +143,68 @@ def test_engine_rollouts_equal_the_one_at_a_time_loop(taught_model, max_batch_to
 
 
 class SlowCorpus(RecordingCorpus):
-    """Each query takes a random while, drawn from its own `delays` generator."""
+    """Each query takes a random while up to `longest` s, drawn from its own generator."""
 
-    def __init__(self, articles, delays: random.Random) -> None:
+    def __init__(self, articles, delays: random.Random, longest: float) -> None:
         super().__init__(articles)
-        self._delays = delays
+        self._delays, self._longest = delays, longest
 
     def search(self, query, as_of, k):
-        time.sleep(self._delays.uniform(0.0, 0.1))
+        time.sleep(self._delays.uniform(0.0, self._longest))
         return super().search(query, as_of, k)
 
     def open(self, article_id, as_of):
-        time.sleep(self._delays.uniform(0.0, 0.1))
+        time.sleep(self._delays.uniform(0.0, self._longest))
         return super().open(article_id, as_of)
+
+
+def _recorded_run(model, tokenizer, corpus: Corpus):
+    """The engine's run of 3 questions x 6 over `corpus` on the local backend: the keys of
+    the rows of every decode step, each step's duration, and the groups."""
+    backend = LocalBackend(model, tokenizer, max_batch_tokens=65_536)
+    steps: list[tuple[int, ...]] = []
+    durations: list[float] = []
+
+    def open_stream() -> ContinuousBatch:
+        stream = LocalBackend.open_stream(backend)
+        advance = stream.advance
+
+        def recorded():
+            steps.append(tuple(sorted(r.request.key for r in stream._rows + stream._joining)))
+            began = time.perf_counter()
+            results = advance()
+            durations.append(time.perf_counter() - began)
+            return results
+
+        stream.advance = recorded  # type: ignore[method-assign]
+        return stream
+
+    backend.open_stream = open_stream  # type: ignore[method-assign]
+    engine = RolloutEngine(backend, corpus, SETTINGS, agent_id=3, policy_version=VERSION)
+    groups, failures, _ = _run(engine, _jobs(samples=6))
+    assert not failures
+    return steps, durations, [(job.question.id, group) for job, group in groups]
 
 
 def test_a_seeded_run_repeats_whatever_time_its_tool_calls_take(taught_model):
     """On the local backend a tool call's result joins the decode step after the one it ran
     beside, however long it took: the rows of every step, and every token and log-prob, are
-    the same on two runs whose queries take different, random times. (When a result joined
-    at the first check that found it finished, the steps' rows followed the machine's load.)"""
+    those of a run with instant queries when each query takes a random while of up to four
+    decode steps of this machine. (When a result joined at the first check that found it
+    finished, the steps' rows followed the machine's load and this failed.)"""
     model, tokenizer = taught_model
-    runs = []
+    steps, durations, groups = _recorded_run(model, tokenizer, RecordingCorpus(make_articles()))
+    assert sum(any(t.role == "tool" for t in g.turns) for _, gs in groups for g in gs) > 4
+    longest = 4 * sorted(durations)[len(durations) // 2]
     for delay_seed in (1, 2):
-        backend = LocalBackend(model, tokenizer, max_batch_tokens=1400)
-        steps: list[tuple[int, ...]] = []
-        batch_type = type(backend.open_stream())
-
-        class Recording(batch_type):  # type: ignore[misc, valid-type]
-            def advance(self):
-                steps.append(tuple(sorted(r.request.key for r in self._rows + self._joining)))
-                return super().advance()
-
-        def open_stream(backend=backend, cls=Recording) -> Recording:
-            stream = LocalBackend.open_stream(backend)
-            stream.__class__ = cls
-            return stream
-
-        backend.open_stream = open_stream  # type: ignore[method-assign]
-        corpus = SlowCorpus(make_articles(), random.Random(delay_seed))
-        engine = RolloutEngine(backend, corpus, SETTINGS, agent_id=3, policy_version=VERSION)
-        groups, failures, _ = _run(engine, _jobs(samples=6))
-        assert not failures
-        runs.append((steps, [(job.question.id, group) for job, group in groups]))
-    (steps_1, groups_1), (steps_2, groups_2) = runs
-    assert sum(any(t.role == "tool" for t in g.turns) for _, gs in groups_1 for g in gs) > 4
-    assert steps_1 == steps_2
-    for (id_1, group_1), (id_2, group_2) in zip(groups_1, groups_2, strict=True):
-        assert id_1 == id_2
-        for a, b in zip(group_1, group_2, strict=True):
-            assert a.completion_token_ids == b.completion_token_ids
-            assert a.behaviour_logprobs == b.behaviour_logprobs  # exactly: the same steps
+        corpus = SlowCorpus(make_articles(), random.Random(delay_seed), longest)
+        slow_steps, _, slow_groups = _recorded_run(model, tokenizer, corpus)
+        assert slow_steps == steps
+        for (id_1, group_1), (id_2, group_2) in zip(groups, slow_groups, strict=True):
+            assert id_1 == id_2
+            for a, b in zip(group_1, group_2, strict=True):
+                assert a.completion_token_ids == b.completion_token_ids
+                assert a.behaviour_logprobs == b.behaviour_logprobs  # exactly: the same steps
 
 
 class StaggeredBackend:
