@@ -25,7 +25,9 @@ a call was taken back at the first check that found it finished; the rows of a s
 the float rounding of its batched forward, followed the machine's load, and two runs of one
 seed of the research demo parted after round 2 (docs/results.md, "A research round profiled,
 and what RL changes in the agent's answers"). Over HTTP a finished call wakes the stream and
-is taken back at once: the server's own timing decides the order anyway.
+is taken back at once: the server's own timing decides the order anyway. Identical calls of
+a run (the same action, as-of and notice) share one corpus read and one tokenizing
+(`_ToolCalls`).
 
 Sampling is seeded per rollout (futureworld.agent.loop), so the engine's rollouts equal a
 one-at-a-time loop's whatever else runs beside them. Failures are per group: a prompt too long
@@ -44,7 +46,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from futureworld.agent.groups import (
@@ -113,6 +115,67 @@ class _Request:
     submitted_at: float = 0.0
 
 
+_ToolKey = tuple[Action, datetime, bool]
+
+
+@dataclass(frozen=True)
+class _Call:
+    key: _ToolKey
+    future: Future[Observation]
+    reused: bool
+    """Asked again while or after the call ran: its observation, without its time."""
+
+
+class _ToolCalls:
+    """A run's tool calls, one per distinct (action, as-of, whether the last turn follows):
+    a call asked again shares the first one's observation. The G rollouts of a question search
+    with the same query and as-of more often than not (a warm-started research demo: a few of
+    every 8), and each such call was a corpus query and a tokenizing of its results. A run
+    thus reads the corpus once per query: an article stored while it runs is seen by all of
+    its identical queries or by none. A call that failed is forgotten once taken back, so a
+    later one tries again."""
+
+    def __init__(
+        self,
+        executor: ThreadPoolExecutor,
+        corpus: Corpus,
+        frame: tuple[str, str],
+        settings: GenerationSettings,
+        tokenizer,
+    ) -> None:
+        self._executor = executor
+        self._args = (corpus, frame, settings, tokenizer)
+        self._futures: dict[_ToolKey, Future[Observation]] = {}
+        self.shared = 0
+
+    def call(self, action: Action, as_of: datetime, last_turn_next: bool) -> _Call:
+        key = (action, as_of, last_turn_next)
+        future = self._futures.get(key)
+        if future is not None:
+            self.shared += 1
+            return _Call(key, future, reused=True)
+        corpus, frame, settings, tokenizer = self._args
+        future = self._executor.submit(
+            run_tool,
+            action,
+            corpus,
+            as_of,
+            frame,
+            settings,
+            tokenizer,
+            last_turn_next=last_turn_next,
+        )
+        self._futures[key] = future
+        return _Call(key, future, reused=False)
+
+    def take(self, call: _Call) -> Observation:
+        """The call's observation (waiting for it)."""
+        observation = call.future.result()
+        if observation.error is not None and self._futures.get(call.key) is call.future:
+            del self._futures[call.key]
+        return replace(observation, tool_s=0.0) if call.reused else observation
+
+
 class RolloutEngine:
     """Runs groups of rollouts for one policy version over one backend and corpus."""
 
@@ -147,8 +210,10 @@ class RolloutEngine:
         """Run every job's rollouts, handing each group to `on_group` as soon as it is
         complete and each failed group to `on_failure` (default: raise its error)."""
         stats = EngineStats()
-        with ThreadPoolExecutor(TOOL_WORKERS, thread_name_prefix="rollout-tool") as tools:
+        with ThreadPoolExecutor(TOOL_WORKERS, thread_name_prefix="rollout-tool") as executor:
+            tools = _ToolCalls(executor, self._corpus, self._frame, self._settings, self._tokenizer)
             self._run(iter(jobs), on_group, on_failure or raise_failure, stats, tools, alone=False)
+        stats.tool_calls_shared = tools.shared
         return stats
 
     def _run(
@@ -157,7 +222,7 @@ class RolloutEngine:
         on_group: OnGroup,
         on_failure: OnFailure,
         stats: EngineStats,
-        tools: ThreadPoolExecutor,
+        tools: _ToolCalls,
         *,
         alone: bool,
     ) -> None:
@@ -167,7 +232,7 @@ class RolloutEngine:
         """Requests waiting for the stream, in the order they were made (keys increase)."""
         in_flight: dict[int, _Request] = {}
         active: dict[int, GroupInFlight] = {}
-        calls: deque[tuple[Future[Observation], _Request, int]] = deque()
+        calls: deque[tuple[_Call, _Request, int]] = deque()
         """Tool calls running and the step they were made after, taken back in the order they
         were made (as inline calls were), so what a rollout's next turn sees never depends on
         which query ran faster."""
@@ -208,8 +273,8 @@ class RolloutEngine:
                 # in flight), finished or not; else the calls that have finished.
                 through = steps if not in_flight else steps - 1
                 while calls and (calls[0][2] <= through if stepped else calls[0][0].done()):
-                    future, request, _ = calls.popleft()
-                    observation = future.result()
+                    call, request, _ = calls.popleft()
+                    observation = tools.take(call)
                     if not request.group.failed:
                         settle(request, self._after_tool(request, observation))
                 stream = streams[0]
@@ -235,7 +300,7 @@ class RolloutEngine:
                     stats.requests += 1
                 if not in_flight:
                     if calls:
-                        wait_futures([calls[0][0]])
+                        wait_futures([calls[0][0].future])
                         continue
                     if ready:  # The stream contract: an empty stream takes any request.
                         raise RuntimeError(f"{self._backend.describe()} refused a request")
@@ -277,21 +342,11 @@ class RolloutEngine:
                     if action is None:
                         settle(request, [])
                         continue
-                    future = tools.submit(
-                        run_tool,
-                        action,
-                        self._corpus,
-                        group.search_as_of,
-                        self._frame,
-                        self._settings,
-                        self._tokenizer,
-                        last_turn_next=leads_into_last_turn(
-                            request.rollout.turn_no, self._settings
-                        ),
-                    )
+                    last_turn_next = leads_into_last_turn(request.rollout.turn_no, self._settings)
+                    call = tools.call(action, group.search_as_of, last_turn_next)
                     if not stepped:
-                        future.add_done_callback(lambda _: streams[0].wake())
-                    calls.append((future, request, steps))
+                        call.future.add_done_callback(lambda _: streams[0].wake())
+                    calls.append((call, request, steps))
         finally:
             streams[0].close()
 

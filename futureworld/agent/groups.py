@@ -63,6 +63,8 @@ class EngineStats:
     failed: int = 0
     generated_tokens: int = 0
     requests: int = 0
+    tool_calls_shared: int = 0
+    """Tool calls answered by an identical call's observation (`engine._ToolCalls`)."""
     cut_prompts: list[tuple[GroupJob, str]] = field(default_factory=list)
 
 

@@ -117,9 +117,8 @@ def test_engine_rollouts_equal_the_one_at_a_time_loop(taught_model, max_batch_to
     # 700 tokens hold two rows: rollouts of all three questions join as others end.
     backend = LocalBackend(model, tokenizer, max_batch_tokens=max_batch_tokens)
     jobs = _jobs()
-    engine = RolloutEngine(
-        backend, RecordingCorpus(make_articles()), SETTINGS, agent_id=3, policy_version=VERSION
-    )
+    corpus = RecordingCorpus(make_articles())
+    engine = RolloutEngine(backend, corpus, SETTINGS, agent_id=3, policy_version=VERSION)
     groups, failures, stats = _run(engine, jobs)
     assert not failures and stats.groups == len(jobs)
     assert sorted(job.question.id for job, _ in groups) == [10, 11, 12]
@@ -140,6 +139,15 @@ def test_engine_rollouts_equal_the_one_at_a_time_loop(taught_model, max_batch_to
             assert trajectory.sampling["seed"] == expected.seed
             multi_turn += any(t.role == "tool" for t in trajectory.turns)
     assert multi_turn > 0  # the comparison covers tool turns, not only one-turn answers
+    # identical calls of the run shared one corpus read (and one tokenizing), as-of included
+    calls = [  # (the search's as-of, the call's turn: the notice follows, tool, argument)
+        (min(job.as_of, job.question.close_at or job.as_of), n, t.tool_name, t.tool_args)
+        for job, group in groups
+        for g in group
+        for n, t in enumerate(t for t in g.turns if t.role == "tool")
+    ]
+    assert len(corpus.as_of_seen) == len(set(calls)) < len(calls)
+    assert stats.tool_calls_shared == len(calls) - len(set(calls))
 
 
 class SlowCorpus(RecordingCorpus):
@@ -384,6 +392,42 @@ def test_jobs_are_pulled_only_up_to_the_lookahead(
     stats = engine.run(jobs(), lambda job, group: done.append(job.question.id))
     assert stats.groups == 20 and len(done) == 20
     assert max(open_at_pull) <= 3  # every open group holds an unfinished rollout
+
+
+class FailsOnce(RecordingCorpus):
+    """Its first search raises; the rest answer."""
+
+    def search(self, query, as_of, k):
+        self.fail = not self.as_of_seen
+        return super().search(query, as_of, k)
+
+
+def test_a_failed_tool_call_is_not_shared_with_calls_made_after_it_was_taken_back(
+    tiny_backend: LocalBackend,
+):
+    """Identical calls share one corpus read, but not its failure once it is known: the first
+    group's search fails (its rollout stops with the error); the third group, started after
+    that, makes the same search and reads the corpus again."""
+    backend = StaggeredBackend(tiny_backend.tokenizer)
+    stream = TwoSlotStream(backend.generate, step_s=0.0)
+    backend.open_stream = lambda: stream  # type: ignore[method-assign]
+    corpus = FailsOnce(make_articles())
+    engine = RolloutEngine(
+        backend,
+        corpus,
+        GenerationSettings(max_turns=3, max_new_tokens=16),
+        agent_id=1,
+        policy_version=0,
+    )
+    jobs = [  # seed 1 searches once, seed 0 answers at once
+        GroupJob(question=make_question(id=i), samples=(0,), seeds=(seed,), as_of=CUTOFF)
+        for i, seed in ((1, 1), (2, 0), (3, 1))
+    ]
+    groups, failures, stats = _run(engine, jobs)
+    assert not failures
+    stops = {job.question.id: group[0].stop_reason for job, group in groups}
+    assert stops == {1: StopReason.TOOL_ERROR, 2: StopReason.ANSWERED, 3: StopReason.ANSWERED}
+    assert len(corpus.as_of_seen) == 2 and stats.tool_calls_shared == 0
 
 
 def test_a_failing_request_fails_its_group_only(tiny_backend: LocalBackend):
