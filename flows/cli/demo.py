@@ -76,6 +76,14 @@ def demo_command(
     research_panel: Annotated[
         int, typer.Option(help="Held-out research-panel questions scored each round.")
     ] = DEFAULTS.research_panel_questions,
+    research_sharpening: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="The reference researcher's answers' log-odds are this multiple of the "
+            "posterior of what it read (1 = calibrated; research on).",
+        ),
+    ] = DEFAULTS.research_sharpening,
     validation_fraction: Annotated[
         float,
         typer.Option(
@@ -171,6 +179,7 @@ def demo_command(
             kind_panel_questions=kind_panel,
             research=research,
             research_panel_questions=research_panel,
+            research_sharpening=research_sharpening,
             validation_fraction=validation_fraction,
             report_to=report_to,
             estimator=estimator,

@@ -635,3 +635,14 @@ def test_an_estimator_given_as_a_training_setting_is_the_demos_estimator() -> No
     assert later.estimator is Estimator.RLOO and not later.generation.elicit_beliefs
     with pytest.raises(TrainConfigError, match="estimator=ppo"):
         DemoConfig(train_set=("estimator=ppo",))
+
+
+def test_the_demo_command_refuses_a_negative_research_sharpening(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    args = ["demo", "--research", "--research-sharpening", "-0.5", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "research-sharpening" in result.output, result.output
+    assert not (tmp_path / "state").exists()  # refused before anything ran
