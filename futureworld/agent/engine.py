@@ -49,6 +49,8 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from transformers import PreTrainedTokenizerBase
+
 from futureworld.agent.groups import (
     EngineStats,
     FailureKind,
@@ -141,7 +143,7 @@ class _ToolCalls:
         corpus: Corpus,
         frame: tuple[str, str],
         settings: GenerationSettings,
-        tokenizer,
+        tokenizer: PreTrainedTokenizerBase,
     ) -> None:
         self._executor = executor
         self._args = (corpus, frame, settings, tokenizer)
