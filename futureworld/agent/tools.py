@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 from futureworld.domain import Article, require_utc
 
@@ -44,12 +45,23 @@ def format_search_results(query: str, articles: Iterable[Article], snippet_chars
 
 
 def format_article(article: Article) -> str:
-    """The full article; the loop truncates long ones to the observation budget."""
+    """The full article and its publisher (the host of its feed); the loop truncates long ones
+    to the observation budget. The host, not the feed's URL: a reader needs the publisher, and
+    a URL can carry what says nothing about the news (the demo's world is served on a free
+    port, different on every run, which made two runs of one seed part at the first article
+    opened)."""
     text = article.body or article.summary
     return (
         f"[id {article.id}] {article.title}\n"
-        f"Published {article.published_at:%Y-%m-%d %H:%M} UTC ({article.feed})\n\n{text.strip()}"
+        f"Published {article.published_at:%Y-%m-%d %H:%M} UTC ({publisher(article.feed)})\n\n"
+        f"{text.strip()}"
     )
+
+
+def publisher(feed: str) -> str:
+    """The host of a feed's URL (lower case, without port or path); a feed named otherwise,
+    as given."""
+    return urlsplit(feed).hostname or feed
 
 
 def _squash(text: str) -> str:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -83,6 +84,18 @@ def test_search_results_are_numbered_snippets_with_ids_and_dates():
     assert len(lines[1].split(" — ")[1]) == 20
     assert "No articles found." in format_search_results("x", [])
     assert "[id 4] Long bank report" in format_article(make_articles()[3])
+
+
+def test_an_opened_article_names_its_publisher_not_its_feeds_url():
+    """The host of the feed: a URL's port or path says nothing about the news, and the demo's
+    world is served on a different free port every run."""
+    article = make_articles()[0]
+    for feed in ("http://127.0.0.1:35555/feeds/all.xml", "http://127.0.0.1:32939/feeds/x.xml"):
+        text = format_article(replace(article, feed=feed))
+        assert "UTC (127.0.0.1)\n" in text and "feeds" not in text
+    text = format_article(replace(article, feed="https://Feeds.BBCI.co.uk/news/rss.xml"))
+    assert "UTC (feeds.bbci.co.uk)\n" in text
+    assert "UTC (news)\n" in format_article(replace(article, feed="news"))  # not a URL
 
 
 def test_naive_as_of_is_rejected():
