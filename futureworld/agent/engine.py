@@ -131,8 +131,10 @@ class _Call:
 class _ToolCalls:
     """A run's tool calls, one per distinct (action, as-of, whether the last turn follows):
     a call asked again shares the first one's observation. The G rollouts of a question search
-    with the same query and as-of more often than not (a warm-started research demo: a few of
-    every 8), and each such call was a corpus query and a tokenizing of its results. A run
+    with the same query and as-of more often than not, and each such call was a corpus query
+    and a tokenizing of its results: in a research demo's run of seed 0, 2686 distinct calls
+    answer the 8009 of its stored rollouts (docs/results.md, "A seeded research run
+    repeats"). A run
     thus reads the corpus once per query: an article stored while it runs is seen by all of
     its identical queries or by none. A call that failed is forgotten once taken back, so a
     later one tries again."""
