@@ -112,6 +112,25 @@ class ResearchRound:
     rightly taught to stop searching)."""
     kinds: tuple[KindPanelScore, ...] = ()
     """Each extra kind's panel score, researched over the same corpus."""
+    found_moments: tuple[float, ...] = (0.0,) * 6
+    """Over the answered rollouts that found their evidence: n and the sums of a, p, a², p²
+    and a·p, a the answer and p the informed floor's probability (`found_reading`)."""
+
+    @property
+    def found_reading(self) -> float:
+        """Correlation of the answers of the rollouts that found their evidence with the
+        posterior given all of it (NaN with fewer than two, or no spread): whether the policy
+        reads what it finds. A warm start that learned the search but not the reading answers
+        at random after finding the evidence (seed 0 at research_sharpening 1.5: −0.06 against
+        +0.68 for another draw of it; docs/results.md, "A seeded research run repeats, and the
+        warm start's reading is a draw"), and RL then rightly stops its search."""
+        n, a, p, aa, pp, ap = self.found_moments
+        if n < 2:
+            return float("nan")
+        var_a, var_p = aa / n - (a / n) ** 2, pp / n - (p / n) ** 2
+        if var_a <= 0.0 or var_p <= 0.0:
+            return float("nan")
+        return (ap / n - (a / n) * (p / n)) / (var_a * var_p) ** 0.5
 
     def path_brier(self, path: ResearchPath) -> float:
         """Brier of the answered rollouts that took `path` (per rollout; NaN with none)."""
@@ -279,6 +298,7 @@ def research_round(
     )
     searched = found = first_tool = turns = tokens = rollouts = 0
     errors: dict[ResearchPath, tuple[float, int]] = {}
+    moments = [0.0] * 6
     for item, group in zip(panel.questions, groups, strict=True):
         for trajectory in group:
             rollouts += 1
@@ -292,6 +312,10 @@ def research_round(
             if trajectory.p_yes is not None and trajectory.parse_status is ParseStatus.OK:
                 total, n = errors.get(path, (0.0, 0))
                 errors[path] = (total + (trajectory.p_yes - item.outcome) ** 2, n + 1)
+                if path is ResearchPath.FOUND:
+                    a, p = trajectory.p_yes, item.p_informed
+                    for k, term in enumerate((1.0, a, p, a * a, p * p, a * p)):
+                        moments[k] += term
     prior = [panel.questions[n].p_uninformed for n in score.question]
     uninformed = brier(prior, score.y) if score.y else float("nan")
     return ResearchRound(
@@ -304,6 +328,7 @@ def research_round(
         generated_tokens=tokens,
         uninformed_brier=uninformed,
         path_errors=errors,
+        found_moments=tuple(moments),
     )
 
 

@@ -41,6 +41,9 @@ class ResearchRoundMetrics:
     """... that searched or opened and saw none of it."""
     unsearched_brier: float
     """... that made no tool call."""
+    found_reading: float
+    """Correlation of the found rollouts' answers with the posterior (ResearchRound.found_reading):
+    near 0, the policy finds its evidence and does not read it."""
     gap_closed: float
     """(Brier of round 0 − this round's) / (Brier of round 0 − round 0's informed floor):
     the share of the warm start's distance to the informed floor that RL has closed."""
@@ -89,6 +92,7 @@ def research_summary(
                 found_brier=r.path_brier(ResearchPath.FOUND),
                 missed_brier=r.path_brier(ResearchPath.MISSED),
                 unsearched_brier=r.path_brier(ResearchPath.UNSEARCHED),
+                found_reading=r.found_reading,
                 gap_closed=(start_brier - round_brier) / start_gap if start_gap > 0 else NAN,
                 **_live_rates(live_of.get(s.round)),
             )
@@ -157,8 +161,8 @@ def research_report(summary: ResearchSummary, out_dir: Path) -> tuple[str, dict[
         "",
         "| round | version | searched | found evidence | first turn tool | turns | tokens | "
         "parsed | Brier | informed floor | uninformed floor | gap closed | Brier found / "
-        "missed / no search | live searched | live found evidence (n) |",
-        "|---" * 15 + "|",
+        "missed / no search | found: reads (corr.) | live searched | live found evidence (n) |",
+        "|---" * 16 + "|",
     ]
     for m in rows:
         live = (
@@ -171,7 +175,8 @@ def research_report(summary: ResearchSummary, out_dir: Path) -> tuple[str, dict[
             f"{m.first_turn_tool_rate:.2f} | {m.turns_per_rollout:.2f} | "
             f"{m.tokens_per_rollout:.1f} | {m.parse_rate:.2f} | {m.brier:.4f} | "
             f"{m.informed_brier:.4f} | {m.uninformed_brier:.4f} | {m.gap_closed:+.2f} | "
-            f"{m.found_brier:.3f} / {m.missed_brier:.3f} / {m.unsearched_brier:.3f} | {live} |"
+            f"{m.found_brier:.3f} / {m.missed_brier:.3f} / {m.unsearched_brier:.3f} | "
+            f"{m.found_reading:+.2f} | {live} |"
         )
     lines += [
         "",

@@ -13,11 +13,14 @@ import pytest
 from flows.context import open_engine
 from flows.demo.config import LEARNER, DemoConfig
 from flows.demo.research_panel import (
+    ResearchPanel,
+    ResearchPanelQuestion,
     ResearchPath,
     build_research_panel,
     forecast_research_panel,
     panel_world,
     research_path,
+    research_round,
     score_research_panel,
     seen_article_ids,
 )
@@ -134,6 +137,45 @@ def test_a_rollouts_research_path_is_whether_it_saw_its_own_evidence() -> None:
     opened = _rollout(("search", (3, 4)), ("open", (7,)))
     assert research_path(opened, evidence) is ResearchPath.FOUND
     assert research_path(opened, frozenset()) is ResearchPath.MISSED
+
+
+def test_a_rounds_reading_is_how_the_found_answers_follow_the_posterior() -> None:
+    """`found_reading`: the correlation of the answers of the rollouts that found their
+    question's evidence with its posterior, from the round's own accumulation; the rollouts
+    that did not find it do not count."""
+    from futureworld.agent.tools import InMemoryCorpus
+    from tests.agent.agent_doubles import make_question
+
+    posteriors = (0.2, 0.4, 0.6, 0.8)
+    panel = ResearchPanel(
+        questions=tuple(
+            ResearchPanelQuestion(
+                question=make_question(id=-(k + 1)),
+                outcome=float(k % 2),
+                p_informed=p,
+                p_uninformed=0.5,
+                evidence_ids=frozenset({10 + k}),
+            )
+            for k, p in enumerate(posteriors)
+        ),
+        corpus=InMemoryCorpus([]),
+        published_at={},
+    )
+
+    def reading(answers: list[float]) -> float:
+        groups = [
+            [
+                replace(_rollout(("search", (10 + k,))), p_yes=a),  # found, answered a
+                replace(_rollout(), p_yes=1.0 - a),  # no search: not counted
+            ]
+            for k, a in enumerate(answers)
+        ]
+        return research_round(panel, groups, round_no=0, policy_version=1).found_reading
+
+    assert reading([0.1, 0.3, 0.5, 0.7]) == pytest.approx(1.0)  # reads, over-confident or not
+    assert reading([0.9, 0.6, 0.5, 0.2]) < -0.95  # reads it backwards
+    assert -0.5 < reading([0.5, 0.9, 0.1, 0.5]) < 0.5  # ignores it
+    assert reading([0.5, 0.5, 0.5, 0.5]) != reading([0.5, 0.5, 0.5, 0.5])  # no spread: NaN
 
 
 @pytest.fixture(scope="module")
@@ -516,7 +558,7 @@ def test_a_ci_sized_research_demo_warm_starts_tool_use_and_reports_research(
     rows = metrics["research"]["rounds"]
     assert [r["round"] for r in rows] == list(range(config.rounds))
     assert {"search_rate", "evidence_rate", "gap_closed", "informed_brier"} <= set(rows[0])
-    assert {"found_brier", "missed_brier", "unsearched_brier"} <= set(rows[0])
+    assert {"found_brier", "missed_brier", "unsearched_brier", "found_reading"} <= set(rows[0])
     for m in research.rounds:  # the round's own daily-cycle rollouts, read back from the store
         assert m.live_rollouts == config.questions_per_day * config.samples
         assert 0.0 <= m.live_evidence_rate <= m.live_search_rate <= 1.0
