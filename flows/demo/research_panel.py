@@ -121,7 +121,8 @@ class ResearchRound:
         """Correlation of the answers of the rollouts that found their evidence with the
         posterior given all of it (NaN with fewer than two, or no spread): whether the policy
         reads what it finds. A warm start that learned the search but not the reading answers
-        at random after finding the evidence (seed 0 at research_sharpening 1.5: −0.06 against
+        at random after finding the evidence (seed 0 at research_sharpening 1.5, by
+        benchmarks/research_reading.py's like measure on its stored rollouts: −0.06 against
         +0.68 for another draw of it; docs/results.md, "A seeded research run repeats, and the
         warm start's reading is a draw"), and RL then rightly stops its search."""
         n, a, p, aa, pp, ap = self.found_moments
