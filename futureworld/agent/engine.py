@@ -276,7 +276,7 @@ class RolloutEngine:
                 # Stepped: every call made after an earlier step (all of them when nothing is
                 # in flight), finished or not; else the calls that have finished.
                 through = steps if not in_flight else steps - 1
-                while calls and (calls[0][2] <= through if stepped else calls[0][0].done()):
+                while calls and (calls[0][2] <= through if stepped else calls[0][0].future.done()):
                     call, request, _ = calls.popleft()
                     observation = tools.take(call)
                     if not request.group.failed:
