@@ -48,6 +48,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 
 from transformers import PreTrainedTokenizerBase
 
@@ -134,10 +135,9 @@ class _ToolCalls:
     with the same query and as-of more often than not, and each such call was a corpus query
     and a tokenizing of its results: in a research demo's run of seed 0, 2686 distinct calls
     answer the 8009 of its stored rollouts (docs/results.md, "A seeded research run
-    repeats"). A run
-    thus reads the corpus once per query: an article stored while it runs is seen by all of
-    its identical queries or by none. A call that failed is forgotten once taken back, so a
-    later one tries again."""
+    repeats"). A run thus reads the corpus once per query: an article stored while it runs is
+    seen by all of its identical queries or by none. A call that failed is forgotten once
+    taken back, so a later one tries again."""
 
     def __init__(
         self,
@@ -148,7 +148,9 @@ class _ToolCalls:
         tokenizer: PreTrainedTokenizerBase,
     ) -> None:
         self._executor = executor
-        self._args = (corpus, frame, settings, tokenizer)
+        self._run_tool = partial(
+            run_tool, corpus=corpus, frame=frame, settings=settings, tokenizer=tokenizer
+        )
         self._futures: dict[_ToolKey, Future[Observation]] = {}
         self.shared = 0
 
@@ -158,16 +160,8 @@ class _ToolCalls:
         if future is not None:
             self.shared += 1
             return _Call(key, future, reused=True)
-        corpus, frame, settings, tokenizer = self._args
         future = self._executor.submit(
-            run_tool,
-            action,
-            corpus,
-            as_of,
-            frame,
-            settings,
-            tokenizer,
-            last_turn_next=last_turn_next,
+            self._run_tool, action, as_of=as_of, last_turn_next=last_turn_next
         )
         self._futures[key] = future
         return _Call(key, future, reused=False)
