@@ -295,6 +295,12 @@ def demo_command(
             "Warm-start demonstrations: first turn a tool call "
             f"{result.research.demonstration_first_turn_tool_rate:.2f}."
         )
+        failed = {r.round: r.tool_errors for r in result.research.rounds if r.tool_errors}
+        if failed:
+            console.print(
+                f"[red]Tool calls failed on the research panel (round: rollouts ended): {failed}; "
+                "those rounds measure the corpus, not the policy.[/red]"
+            )
     rejected = [v for v in result.lineage if v.status == "rejected"]
     console.print(
         f"Versions: {len(result.lineage)}, {len(rejected)} rejected by the promotion gate"

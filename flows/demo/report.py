@@ -327,6 +327,8 @@ class RoundLog:
                 f"turns {research.turns_per_rollout:.2f}  Brier found/missed/none "
                 + "/".join(f"{research.path_brier(p):.3f}" for p in ResearchPath)
             )
+            if research.tool_errors:
+                line += f"  TOOL ERRORS {research.tool_errors} of {research.rollouts} rollouts"
         with self._path.open("a") as log:
             log.write(line + "\n")
 

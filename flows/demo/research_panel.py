@@ -35,6 +35,7 @@ from futureworld.domain import (
     ParseStatus,
     Question,
     QuestionKind,
+    StopReason,
     Trajectory,
 )
 from futureworld.policy.base import PolicyBackend
@@ -115,6 +116,10 @@ class ResearchRound:
     found_moments: tuple[float, ...] = (0.0,) * 6
     """Over the answered rollouts that found their evidence: n and the sums of a, p, a², p²
     and a·p, a the answer and p the informed floor's probability (`found_reading`)."""
+    tool_errors: int = 0
+    """Rollouts a failed tool call ended (StopReason.TOOL_ERROR): the corpus, not the policy,
+    failed them, so a round with any is not a measure of the policy (the round log names
+    them)."""
 
     @property
     def found_reading(self) -> float:
@@ -297,12 +302,13 @@ def research_round(
         round_no=round_no,
         policy_version=policy_version,
     )
-    searched = found = first_tool = turns = tokens = rollouts = 0
+    searched = found = first_tool = turns = tokens = rollouts = tool_errors = 0
     errors: dict[ResearchPath, tuple[float, int]] = {}
     moments = [0.0] * 6
     for item, group in zip(panel.questions, groups, strict=True):
         for trajectory in group:
             rollouts += 1
+            tool_errors += trajectory.stop_reason is StopReason.TOOL_ERROR
             mine = [t for t in trajectory.turns if t.role == "assistant"]
             turns += len(mine)
             tokens += sum(trajectory.loss_mask)
@@ -330,6 +336,7 @@ def research_round(
         uninformed_brier=uninformed,
         path_errors=errors,
         found_moments=tuple(moments),
+        tool_errors=tool_errors,
     )
 
 

@@ -44,6 +44,8 @@ class ResearchRoundMetrics:
     found_reading: float
     """Correlation of the found rollouts' answers with the posterior (ResearchRound.found_reading):
     near 0, the policy finds its evidence and does not read it."""
+    tool_errors: int
+    """Rollouts a failed tool call ended (ResearchRound.tool_errors): 0 in a sound round."""
     gap_closed: float
     """(Brier of round 0 − this round's) / (Brier of round 0 − round 0's informed floor):
     the share of the warm start's distance to the informed floor that RL has closed."""
@@ -93,6 +95,7 @@ def research_summary(
                 missed_brier=r.path_brier(ResearchPath.MISSED),
                 unsearched_brier=r.path_brier(ResearchPath.UNSEARCHED),
                 found_reading=r.found_reading,
+                tool_errors=r.tool_errors,
                 gap_closed=(start_brier - round_brier) / start_gap if start_gap > 0 else NAN,
                 **_live_rates(live_of.get(s.round)),
             )

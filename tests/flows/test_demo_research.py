@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import datetime
 
 import pytest
 
 from flows.context import open_engine
 from flows.demo.config import LEARNER, DemoConfig
+from flows.demo.report import RoundLog
 from flows.demo.research_panel import (
     ResearchPanel,
     ResearchPanelQuestion,
@@ -24,6 +26,7 @@ from flows.demo.research_panel import (
     score_research_panel,
     seen_article_ids,
 )
+from flows.demo.research_report import research_summary
 from flows.demo.researcher import (
     ResearcherPolicy,
     ScriptedResearcher,
@@ -46,6 +49,7 @@ from futureworld.answers import parse_final_answer
 from futureworld.answers.choice import CHOICE
 from futureworld.domain import (
     QUANTILE_LEVELS,
+    Article,
     GenerationSettings,
     QuestionKind,
     Trajectory,
@@ -176,6 +180,45 @@ def test_a_rounds_reading_is_how_the_found_answers_follow_the_posterior() -> Non
     assert reading([0.9, 0.6, 0.5, 0.2]) < -0.95  # reads it backwards
     assert -0.5 < reading([0.5, 0.9, 0.1, 0.5]) < 0.5  # ignores it
     assert reading([0.5, 0.5, 0.5, 0.5]) != reading([0.5, 0.5, 0.5, 0.5])  # no spread: NaN
+
+
+class _BrokenCorpus:
+    """A corpus whose every search and open fails (its article index gone missing)."""
+
+    def search(self, query: str, as_of: datetime, k: int) -> list[Article]:
+        raise RuntimeError("the article index is missing")
+
+    def open(self, article_id: int, as_of: datetime) -> Article | None:
+        raise RuntimeError("the article index is missing")
+
+
+def test_a_round_counts_the_rollouts_a_failed_tool_call_ended_and_its_log_names_them(
+    warm, tmp_path
+) -> None:
+    """A research round over a corpus that fails is not a measure of the policy: its rollouts
+    end on the tool error, the round counts them, its log line and metrics name them."""
+    _, _, tokenizer = warm
+    base = WorldConfig(seed=7, max_horizon_days=2, research=True)
+    panel = build_research_panel(base, 20, 10)
+    world = panel_world(base, 10)
+    sims = [world.question(item.question.external_id) for item in panel.questions]
+    backend = ScriptedResearcher(tokenizer, sims, world, ResearcherPolicy(search_rate=1.0))
+    rounds = [
+        score_research_panel(backend, SETTINGS, p, round_no=n, policy_version=0, samples=1, seed=0)
+        for n, p in enumerate((panel, replace(panel, corpus=_BrokenCorpus())))
+    ]
+    sound, broken = rounds
+    assert sound.tool_errors == 0 and sound.score.parse_rate == 1.0
+    assert broken.tool_errors == broken.rollouts == 20 and broken.searched == 20
+    assert broken.score.parse_rate == 0.0
+    log = RoundLog(tmp_path / "demo.log")
+    for r in rounds:
+        log.write(r.score, research=r)
+    first, second = (tmp_path / "demo.log").read_text().splitlines()
+    assert "TOOL ERRORS" not in first
+    assert second.endswith("TOOL ERRORS 20 of 20 rollouts")
+    summary = research_summary(rounds, (0.0, 0.0))
+    assert [r.tool_errors for r in summary.rounds] == [0, 20]
 
 
 @pytest.fixture(scope="module")

@@ -317,6 +317,7 @@ def test_a_rounds_panel_scores_come_back_from_the_state_exactly(tmp_path):
         uninformed_brier=0.25,
         path_errors={ResearchPath.FOUND: (0.125, 2), ResearchPath.UNSEARCHED: (0.5, 1)},
         found_moments=(2.0, 1.1, 1.0, 0.65, 0.52, 0.58),
+        tool_errors=3,
         kinds=(choice, replace(choice, kind=QuestionKind.NUMERIC, score=(12.5, 3.0))),
     )
     saved.round_cycled(1, 2)
