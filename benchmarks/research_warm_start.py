@@ -7,7 +7,8 @@ it research the demo's held-out research panel once per question, exactly as rou
 (flows.demo.research_panel: the same forecast and the same round summary). It prints the
 rates RL starts from: first-turn tool calls, searches, rollouts whose observations hold
 their question's evidence, answers parsed, Brier against the informed and uninformed floors,
-and Brier by research path (found the evidence, searched and missed, did not search):
+and Brier by research path (found the evidence, searched and missed, did not search)
+and the correlation of the found answers with the evidence's posterior (`found_reading`):
 whether the model reads what it finds; and why the unparsed answers failed (each parse
 status, how many rollouts spent their turns on tools without answering, and after which
 tool calls the failed answers came).
@@ -107,6 +108,7 @@ def measure(config: DemoConfig, work: Path) -> dict[str, object]:
         "first_turn_tool_rate": round(scores.first_turn_tool_rate, 4),
         "search_rate": round(scores.search_rate, 4),
         "evidence_rate": round(scores.evidence_rate, 4),
+        "found_reading": round(scores.found_reading, 4),
         **copies,
         **notes,
         **parse_failures(groups),
