@@ -43,17 +43,17 @@ class DemoConfig:
     Whether the copy forms varied from run to run (0.15-0.61 of its queries were the title's
     words) while subjects recurred within days; on the research world with a subject cycle and
     150 entities (`research_entities`) 0.97-0.99 are, and the warm start reads what it finds
-    (docs/results.md, "Subjects asked once a cycle"). Research stays off by default: with its
-    decayed warm start and RL at 5e-4 the research demo learns to search on the seeds whose
-    warm start reads what it finds, but not by the whole claim on every seed. A seeded run now
-    repeats exactly, and what decides most is a draw made in the warm start: whether the tiny
-    model learns to read the evidence at all (seed 0 at `research_sharpening` 1.5: one draw's
-    answers after finding their evidence correlate +0.68 with its posterior, another's −0.06,
-    and RL then stops the search). RL teaches it to search, not to temper its answers after
-    reading, which keep the reference's over-confidence; and a run takes 16.2 min alone on 2
-    idle cores, over the 10 the default demo may (docs/results.md, "A seeded research run
-    repeats, and the warm start's reading is a draw"; "A research round profiled, and what RL
-    changes in the agent's answers").
+    (docs/results.md, "Subjects asked once a cycle"). Research stays off by default: in
+    repeatable runs of seeds 0-4 every warm start read what it found, every run learned to
+    search, beat the uninformed floor and improved Brier, but two (seeds 1 and 4) missed the
+    ECE interval by +0.0015 and +0.0045; RL teaches the search and tempers the reference's
+    over-confident reading only slowly (seed 1: its answers' log-odds slope on the posterior
+    1.67 -> 1.50 over 26 versions). Whether the tiny model learns to read at all is a draw of
+    the warm start, and of the machine (seed 0 at `research_sharpening` 1.5 read on one
+    machine, +0.87, and not on another, -0.06, where RL then stopped the search). A run took
+    10.5 min alone on 2 cores, over the 10 the default demo may (docs/results.md, "The default
+    on seeds 0-4 as repeatable runs, on another machine"; "A seeded research run repeats, and
+    the warm start's reading is a draw").
     """
 
     out_dir: Path = Path("reports/demo")
@@ -210,8 +210,10 @@ class DemoConfig:
     1.5-2.1 through 29 updates) and corrects an under-confident one (1.0 on seed 1: slope
     0.63 -> 0.88; docs/results.md, "A research round profiled, and what RL changes in the
     agent's answers"). At 1.5, seeds 0-4 in repeatable runs learned by the whole claim on two
-    (2 and 3), against four of six runs at 2 ("A seeded research run repeats, and the warm
-    start's reading is a draw")."""
+    (2 and 3), against four of six runs at 2 that did not repeat, on the same machine ("A
+    seeded research run repeats, and the warm start's reading is a draw"); at 2 on another
+    machine, three of five repeatable runs ("The default on seeds 0-4 as repeatable runs, on
+    another machine")."""
     research_noise_logit: float = 0.5
     """Std of the Gaussian noise on its answers' log-odds."""
     research_plain_kind_answers: bool = False
