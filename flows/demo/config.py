@@ -51,7 +51,7 @@ class DemoConfig:
     1.67 -> 1.50 over 26 versions). Whether the tiny model learns to read at all is a draw of
     the warm start, and of the machine (seed 0 at `research_sharpening` 1.5 read on one
     machine, +0.87, and not on another, -0.06, where RL then stopped the search). A run took
-    10.5 min alone on 2 cores, over the 10 the default demo may (docs/results.md, "The default
+    10.9 min alone on 2 cores, over the 10 the default demo may (docs/results.md, "The default
     on seeds 0-4 as repeatable runs, on another machine"; "A seeded research run repeats, and
     the warm start's reading is a draw").
     """
