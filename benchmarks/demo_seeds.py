@@ -21,6 +21,12 @@ Everything after `--` goes to `futureworld demo`. A seed whose report exists in 
 so an interrupted sweep continues where it stopped; the table goes to `--out/seeds.md` and
 `--out/seeds.json`. Seeds are draws: compare configurations on the same seeds, in one sweep's
 conditions (wall times depend on what else the machine runs).
+
+A sweep runs for an hour or more: to edit the code meanwhile, run it from a snapshot of the
+tree (`git worktree add /tmp/snapshot HEAD`, then `PYTHONPATH=/tmp/snapshot` and its
+benchmarks/demo_seeds.py). Each demo's panel process imports the modules when it starts, so a
+run that outlives an edit mixes two versions of the code (its panel unpickles the old
+`InMemoryCorpus` into the new class, and every search fails: the round log's TOOL ERRORS).
 """
 
 from __future__ import annotations
