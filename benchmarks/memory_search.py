@@ -60,8 +60,9 @@ def main() -> None:
     config = DemoConfig(research=True)
     world = World(config.world_config(seed=WARM_SEED, questions_per_day=40))
     questions = warm_start_questions(world, DAYS)
-    corpus, _ = world_corpus(world, max(q.info_cutoff_at for _, q in questions))
-    articles = list(corpus._articles.values())
+    last = max(q.info_cutoff_at for _, q in questions)
+    corpus, guid_of = world_corpus(world, last)
+    articles = [a for i in guid_of if (a := corpus.open(i, last)) is not None]
     rng = random.Random(0)
     queries = []
     for _, question in rng.sample(questions, QUESTIONS):
