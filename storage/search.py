@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from sqlalchemy import Engine, TextClause, bindparam, select, text
+from sqlalchemy import Connection, Engine, TextClause, bindparam, text
 from sqlalchemy.orm import Session
 
 from futureworld.domain import Article, require_utc
@@ -67,6 +67,25 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # Bound through the column type so SQLite compares its stored (naive UTC) format exactly.
 _AS_OF = bindparam("as_of", type_=UTCDateTime())
 _COLUMNS = ", ".join(f"a.{column.name}" for column in ArticleRow.__table__.columns)
+_NEWEST = "a.visible_at DESC, a.id DESC"
+
+
+def _sqlite_tier(order: str) -> TextClause:
+    """One tier of the SQLite search: the articles matching an FTS5 query, visible at the
+    cut-off, in `order`, typed by the article table's columns. Built once, so SQLAlchemy's
+    compiled form and sqlite3's prepared statement are reused by every search."""
+    return (
+        text(
+            f"SELECT {_COLUMNS} FROM article_fts JOIN article a ON a.id = article_fts.rowid "
+            f"WHERE article_fts MATCH :q AND a.visible_at <= :as_of ORDER BY {order} LIMIT :k"
+        )
+        .bindparams(_AS_OF)
+        .columns(*ArticleRow.__table__.columns)
+    )
+
+
+_SQLITE_NEWEST = _sqlite_tier(_NEWEST)
+_SQLITE_BM25 = _sqlite_tier(f"bm25(article_fts, 3.0, 2.0, 1.0), {_NEWEST}")
 
 
 def query_terms(query: str) -> list[str]:
@@ -97,12 +116,11 @@ class ArticleCorpus:
         terms = query_terms(query)
         if not terms or k <= 0:
             return []
+        if self._dialect != "postgresql":
+            with self._engine.connect() as connection:
+                return _search_sqlite(connection, terms, as_of, k)
         with Session(self._engine) as session:
-            if self._dialect == "postgresql":
-                rows = self._search_postgres(session, query, as_of, k)
-            else:
-                rows = self._search_sqlite(session, terms, as_of, k)
-            return [article_from_row(row) for row in rows]
+            return self._search_postgres(session, query, as_of, k)
 
     def open(self, article_id: int, as_of: datetime) -> Article | None:
         as_of = require_utc(as_of, "as_of")
@@ -113,7 +131,7 @@ class ArticleCorpus:
             return article_from_row(row)
 
     @staticmethod
-    def _search_postgres(session: Session, query: str, as_of: datetime, k: int) -> list[ArticleRow]:
+    def _search_postgres(session: Session, query: str, as_of: datetime, k: int) -> list[Article]:
         lexemes = postgres_lexemes(session, query)
         if not lexemes:
             return []
@@ -158,32 +176,6 @@ class ArticleCorpus:
         ).bindparams(_AS_OF)
         return _article_rows(session, statement, params)
 
-    @staticmethod
-    def _search_sqlite(
-        session: Session, terms: list[str], as_of: datetime, k: int
-    ) -> list[ArticleRow]:
-        quoted = [f'"{t}"' for t in terms]
-        newest = "a.visible_at DESC, a.id DESC"
-        tiers = [
-            (" AND ".join(f"title : {q}" for q in quoted), newest),
-            (" AND ".join(quoted), newest),
-        ]
-        if len(quoted) > 1:
-            tiers.append((" OR ".join(quoted), f"bm25(article_fts, 3.0, 2.0, 1.0), {newest}"))
-        rows: list[ArticleRow] = []
-        for match, order in tiers:
-            if len(rows) >= k:
-                break
-            statement = text(
-                f"SELECT {_COLUMNS} FROM article_fts JOIN article a ON a.id = article_fts.rowid "
-                "WHERE article_fts MATCH :q AND a.visible_at <= :as_of "
-                f"AND a.id NOT IN :seen ORDER BY {order} LIMIT :k"
-            ).bindparams(_AS_OF, bindparam("seen", expanding=True))
-            seen = [row.id for row in rows]
-            params = {"q": match, "as_of": as_of, "k": k - len(rows), "seen": seen}
-            rows.extend(_article_rows(session, statement, params))
-        return rows
-
 
 def postgres_lexemes(session: Session, query: str) -> list[str]:
     """The lexemes Postgres's 'english' configuration makes of `query`, in the order their
@@ -204,10 +196,35 @@ def postgres_lexemes(session: Session, query: str) -> list[str]:
 
 def _article_rows(
     session: Session, statement: TextClause, params: dict[str, object]
-) -> list[ArticleRow]:
-    """The ArticleRows a textual query selecting _COLUMNS returns, in its order."""
+) -> list[Article]:
+    """The articles a textual query selecting _COLUMNS returns, in its order."""
     typed = statement.columns(*ArticleRow.__table__.columns)
-    return list(session.scalars(select(ArticleRow).from_statement(typed), params))
+    return [article_from_row(row) for row in session.execute(typed, params)]
+
+
+def _search_sqlite(
+    connection: Connection, terms: list[str], as_of: datetime, k: int
+) -> list[Article]:
+    """The rule's tiers on FTS5, each asked only while fewer than k articles are found: every
+    word in the title, every word anywhere (newest first), then any word (bm25). A tier adds
+    the first k - n of its articles not among the n found before, and at most n of those are
+    among its first k: so no statement has to exclude them, and each tier is one statement,
+    prepared once."""
+    quoted = [f'"{t}"' for t in terms]
+    tiers = [
+        (" AND ".join(f"title : {q}" for q in quoted), _SQLITE_NEWEST),
+        (" AND ".join(quoted), _SQLITE_NEWEST),
+    ]
+    if len(quoted) > 1:
+        tiers.append((" OR ".join(quoted), _SQLITE_BM25))
+    found: dict[int, Article] = {}
+    for match, statement in tiers:
+        if len(found) >= k:
+            break
+        for row in connection.execute(statement, {"q": match, "as_of": as_of, "k": k}):
+            if len(found) < k and row.id not in found:
+                found[row.id] = article_from_row(row)
+    return list(found.values())
 
 
 def _newest_matches(query_param: str, window_param: str) -> str:

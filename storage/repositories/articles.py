@@ -17,7 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from futureworld.domain import Article
@@ -46,7 +46,8 @@ def visible_from(article: Article, visibility: Visibility) -> datetime:
     return max(article.published_at, article.fetched_at)
 
 
-def article_from_row(row: ArticleRow) -> Article:
+def article_from_row(row: ArticleRow | Row[Any]) -> Article:
+    """An article from its table's row (an ORM object, or a Core row of its columns)."""
     return Article(
         id=row.id,
         feed=row.feed,
