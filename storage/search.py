@@ -207,9 +207,9 @@ def _search_sqlite(
 ) -> list[Article]:
     """The rule's tiers on FTS5, each asked only while fewer than k articles are found: every
     word in the title, every word anywhere (newest first), then any word (bm25). A tier adds
-    the first k - n of its articles not among the n found before, and at most n of those are
-    among its first k: so no statement has to exclude them, and each tier is one statement,
-    prepared once."""
+    the first k - n of its articles that are not among the n found before; at most n of its
+    first k are, so its first k hold them, no statement has to exclude the found ones, and
+    each tier is one statement, prepared once."""
     quoted = [f'"{t}"' for t in terms]
     tiers = [
         (" AND ".join(f"title : {q}" for q in quoted), _SQLITE_NEWEST),
