@@ -174,7 +174,7 @@ class ArticleCorpus:
             f"SELECT {_COLUMNS} FROM article a JOIN best USING (id) "
             "WHERE best.place <= :k ORDER BY best.place"
         ).bindparams(_AS_OF)
-        return _article_rows(session, statement, params)
+        return _articles(session, statement, params)
 
 
 def postgres_lexemes(session: Session, query: str) -> list[str]:
@@ -194,9 +194,7 @@ def postgres_lexemes(session: Session, query: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def _article_rows(
-    session: Session, statement: TextClause, params: dict[str, object]
-) -> list[Article]:
+def _articles(session: Session, statement: TextClause, params: dict[str, object]) -> list[Article]:
     """The articles a textual query selecting _COLUMNS returns, in its order."""
     typed = statement.columns(*ArticleRow.__table__.columns)
     return [article_from_row(row) for row in session.execute(typed, params)]

@@ -50,10 +50,12 @@ class DemoConfig:
     over-confident reading only slowly (seed 1: its answers' log-odds slope on the posterior
     1.67 -> 1.50 over 26 versions). Whether the tiny model learns to read at all is a draw of
     the warm start, and of the machine (seed 0 at `research_sharpening` 1.5 read on one
-    machine, +0.87, and not on another, -0.06, where RL then stopped the search). A run took
-    10.9 min alone on 2 cores, over the 10 the default demo may (docs/results.md, "The default
-    on seeds 0-6 as repeatable runs, on another machine"; "A seeded research run repeats, and
-    the warm start's reading is a draw").
+    machine, +0.87, and not on another, -0.06, where RL then stopped the search). On a third
+    machine seeds 0-4 learned by the whole claim on four (seed 1 missed ECE). A run took 10.9
+    min alone on 2 Zen 4 cores and 13.4 on 2 Zen 3 cores, over the 10 the default demo may
+    (docs/results.md, "The default on seeds 0-4 on a third machine, and where a run's time
+    goes"; "The default on seeds 0-6 as repeatable runs, on another machine"; "A seeded
+    research run repeats, and the warm start's reading is a draw").
     """
 
     out_dir: Path = Path("reports/demo")

@@ -207,6 +207,7 @@ def test_a_demo_stopped_with_sigterm_ends_its_children_and_says_so(tmp_path):
     guard = threading.Timer(RUN_GUARD_S, lambda: os.killpg(process.pid, signal.SIGKILL))
     guard.start()
     children: set[int] = set()
+    trackers: set[int] = set()
     texts: list[str] = []
     try:
         assert process.stdout is not None
@@ -214,11 +215,11 @@ def test_a_demo_stopped_with_sigterm_ends_its_children_and_says_so(tmp_path):
             texts.append(line.rstrip("\n"))
             if "round 1: daily cycle" in line:
                 children = _descendants(process.pid)
+                trackers = {pid for pid in children if "resource_tracker" in _command(pid)}
                 process.send_signal(signal.SIGTERM)
                 break
         # Not the pipe's end: an orphaned child would hold it open.
         code = process.wait(timeout=RUN_GUARD_S)
-        trackers = {pid for pid in children if "resource_tracker" in _command(pid)}
         left = [pid for pid in children - trackers if _alive(pid)]
         # multiprocessing's resource tracker ends by itself once the demo's exit closes its
         # pipe (it then frees what the killed worker left registered): it is waited for.
