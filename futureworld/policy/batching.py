@@ -21,6 +21,17 @@ lives for one engine run, over fixed weights, so the kept prefix cannot go stale
 and values are the same computation split in two, equal to a whole prefill to float rounding
 (the engine's test against the one-at-a-time loop holds them to 1e-5).
 
+Conversations: an agent's next turn is its last prompt, the tokens it generated and the tool's
+observation, so its prompt begins with a finished row's tokens. A row that finishes leaves its
+keys and values behind (`KeptConversations`, bounded by `max_kept_tokens`, least recently used
+first out), and a joining prompt that extends a kept row prefills only what follows it: the
+observation, not the whole conversation again. Per row the cache is then
+[padding][its kept head][padding][its suffix], the heads of rows joining together left-padded
+to the longest. The kept keys are those the decode steps computed, which equal a prefill's to
+float rounding, as the shared prefix's do. An HTTP server does the same for itself (vLLM's
+automatic prefix caching); the rollout engine only has to send each turn as its conversation
+so far, which it does for token fidelity anyway.
+
 Admission is bounded by a token budget: rows × the widest row's reservation (its prompt plus
 its `max_new_tokens`) must stay within `max_batch_tokens`, which bounds the padded cache, the
 logits and the attention at every step; an empty batch takes any request. Sampling is
@@ -30,6 +41,7 @@ logits and the attention at every step; an empty batch takes any request. Sampli
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,6 +62,9 @@ _KV = list[tuple[torch.Tensor, torch.Tensor]]
 
 MIN_SHARED_PREFIX = 16
 """Fewest leading tokens worth a prefill of their own to share among joining prompts."""
+
+KEPT_BLOCK = 16
+"""Kept conversations are found by a hash chain over blocks of this many tokens."""
 
 
 @dataclass
@@ -74,7 +89,10 @@ class ContinuousBatch:
         eos_ids: frozenset[int],
         stop_candidates: Callable[[tuple[str, ...]], frozenset[int]],
         max_batch_tokens: int,
+        max_kept_tokens: int | None = None,
     ) -> None:
+        """`max_kept_tokens` bounds the finished rows' kept keys and values (default
+        `max_batch_tokens`, as much as the batch's own cache; 0 keeps none)."""
         self._model = model
         self._tokenizer = tokenizer
         self._eos_ids = eos_ids
@@ -90,6 +108,9 @@ class ContinuousBatch:
         self._widest = 0
         self._shared: tuple[tuple[int, ...], _KV] | None = None
         """The last shared prefix prefilled and its keys and values (batch of one)."""
+        self.kept = KeptConversations(
+            max_batch_tokens if max_kept_tokens is None else max_kept_tokens
+        )
 
     @property
     def in_flight(self) -> int:
@@ -119,6 +140,7 @@ class ContinuousBatch:
     def close(self) -> None:
         self._rows, self._joining, self._cache, self._shared = [], [], None, None
         self._widest = 0
+        self.kept.clear()
 
     @torch.inference_mode()
     def advance(self) -> list[StreamResult]:
@@ -169,6 +191,7 @@ class ContinuousBatch:
                 keep.append(index)
             else:
                 finished.append(result)
+                self._keep(index, row)
         self._pending = torch.tensor(ids, dtype=torch.long, device=self._device)
         self._positions = self._positions + 1
         if len(keep) < len(rows):
@@ -201,13 +224,14 @@ class ContinuousBatch:
 
     def _admit(self, joining: list[_Row]) -> None:
         """Prefill the joining rows' prompts (all but the last token, which becomes their
-        pending input), one prefill per distinct prompt, on top of a shared prefix's cache
-        where they have one, and merge them into the batch."""
+        pending input), one prefill per distinct prompt, on top of the longest kept
+        conversation each extends, or else of a shared prefix's cache where they have one,
+        and merge them into the batch."""
         prefixes: dict[tuple[int, ...], int] = {}
         which = [prefixes.setdefault(r.request.prompt[:-1], len(prefixes)) for r in joining]
         unique = list(prefixes)
-        shared, shared_cache = self._shared_prefix(unique)
-        suffixes = [p[len(shared) :] for p in unique]
+        heads = self._heads(unique)
+        suffixes = [p[n:] for p, (n, _) in zip(unique, heads, strict=True)]
         width = max(len(p) for p in suffixes)
         mask = torch.zeros((len(unique), width), dtype=torch.long, device=self._device)
         cache = None
@@ -219,14 +243,16 @@ class ContinuousBatch:
                 if suffix:
                     input_ids[i, width - len(suffix) :] = torch.as_tensor(suffix)
                     mask[i, width - len(suffix) :] = 1
-            positions = len(shared) + (mask.cumsum(-1) - 1).clamp(min=0)
-            if shared:
-                mask = torch.cat([mask.new_ones((len(unique), len(shared))), mask], dim=1)
+            starts = torch.tensor([n for n, _ in heads], device=self._device)
+            positions = starts[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
+            past, past_mask = _stack_heads(heads, self._device)
+            if past_mask is not None:
+                mask = torch.cat([past_mask, mask], dim=1)
             out = self._model(
                 input_ids=input_ids.to(self._device),
                 attention_mask=mask,
                 position_ids=positions,
-                cache=_repeat(shared_cache, len(unique)),
+                cache=past,
                 use_cache=True,
                 logits_to_keep=1,
             )
@@ -249,18 +275,29 @@ class ContinuousBatch:
         self._pending = torch.cat([self._pending, pending])
         self._positions = torch.cat([self._positions, positions])
 
+    def _heads(self, unique: list[tuple[int, ...]]) -> list[tuple[int, _KV]]:
+        """Per prompt, how many leading tokens are cached already and their keys and values
+        (batch of one): the longest kept conversation it extends, else the prefix it shares
+        with the others that extend none (`_shared_prefix`), else nothing."""
+        found = [self.kept.longest(p) for p in unique]
+        fresh = [p for p, f in zip(unique, found, strict=True) if f is None]
+        shared, layers = self._shared_prefix(fresh) if fresh else ((), [])
+        return [(len(shared), layers) if f is None else (len(f[0]), f[1]) for f in found]
+
     def _shared_prefix(self, unique: list[tuple[int, ...]]) -> tuple[tuple[int, ...], _KV]:
         """The leading tokens all of `unique` share (each keeping a suffix of at least one
         token) and their keys and values (batch of one): from the kept prefix, cut to what
         they share with it, when that is at least `MIN_SHARED_PREFIX` long; else prefilled
         now (and kept) when at least two prompts share that many; else nothing."""
         common = min(_common_length(unique), min(len(p) for p in unique) - 1)
+        if common < MIN_SHARED_PREFIX:
+            return (), []
         if self._shared is not None:
             kept, layers = self._shared
             reuse = _common_length([kept, unique[0][:common]])
             if reuse >= MIN_SHARED_PREFIX:
                 return kept[:reuse], [(k[:, :, :reuse], v[:, :, :reuse]) for k, v in layers]
-        if len(unique) < 2 or common < MIN_SHARED_PREFIX:
+        if len(unique) < 2:
             return (), []
         shared = unique[0][:common]
         out = self._model(
@@ -293,6 +330,26 @@ class ContinuousBatch:
             ]
         )
 
+    def _keep(self, index: int, row: _Row) -> None:
+        """Keep a finished row's keys and values: those of its prompt and every token it
+        generated but the last, which was sampled and never forwarded."""
+        if self.kept.max_tokens == 0:
+            return
+        tokens = (*row.request.prompt, *row.tokens[:-1])
+        columns = self._mask[index].nonzero().squeeze(1)
+        if len(columns) != len(tokens):
+            raise AssertionError(f"row {row.request.key}: {len(columns)} cached, {len(tokens)}")
+        self.kept.put(
+            tokens,
+            [
+                (
+                    layer.keys[index : index + 1, :, columns],
+                    layer.values[index : index + 1, :, columns],
+                )
+                for layer in self._cache.layers
+            ],
+        )
+
     def _select(self, keep: list[int]) -> None:
         """Keep only these rows, then drop the leading columns no remaining row uses."""
         self._rows = [self._rows[i] for i in keep]
@@ -314,6 +371,100 @@ class ContinuousBatch:
             layer.values = layer.values.index_select(0, index)[:, :, start:]
         self._pending = self._pending.index_select(0, index)
         self._positions = self._positions.index_select(0, index)
+
+
+class KeptConversations:
+    """Finished rows' keys and values by their tokens, found again by a prompt that extends
+    them. At most `max_tokens` tokens are kept; the least recently used go first.
+
+    A kept row is indexed by the hash chain of its whole blocks of `KEPT_BLOCK` tokens, so
+    finding the longest kept row a prompt extends hashes the prompt's blocks once and
+    compares tokens only with rows whose blocks match."""
+
+    def __init__(self, max_tokens: int) -> None:
+        if max_tokens < 0:
+            raise ValueError(f"max_kept_tokens must be >= 0, got {max_tokens}")
+        self.max_tokens = max_tokens
+        self.tokens = 0
+        self.hits = 0
+        """Prompts that found a kept row (a count for tests and benchmarks)."""
+        self._rows: OrderedDict[tuple[int, ...], _KV] = OrderedDict()
+        self._index: dict[int, list[tuple[int, ...]]] = {}
+
+    def put(self, tokens: tuple[int, ...], layers: _KV) -> None:
+        if len(tokens) < KEPT_BLOCK or len(tokens) > self.max_tokens or tokens in self._rows:
+            return
+        self._rows[tokens] = layers
+        self._index.setdefault(_block_hashes(tokens)[-1], []).append(tokens)
+        self.tokens += len(tokens)
+        while self.tokens > self.max_tokens:
+            oldest, _ = self._rows.popitem(last=False)
+            bucket = self._index[_block_hashes(oldest)[-1]]
+            bucket.remove(oldest)
+            if not bucket:
+                del self._index[_block_hashes(oldest)[-1]]
+            self.tokens -= len(oldest)
+
+    def longest(self, prompt: tuple[int, ...]) -> tuple[tuple[int, ...], _KV] | None:
+        """The longest kept row `prompt` extends by at least one token, and its keys and values."""
+        if not self._rows:
+            return None
+        hashes = _block_hashes(prompt)
+        for blocks in range(len(hashes), 0, -1):
+            matches = [
+                t
+                for t in self._index.get(hashes[blocks - 1], ())
+                if len(t) < len(prompt) and prompt[: len(t)] == t
+            ]
+            if matches:
+                tokens = max(matches, key=len)
+                self._rows.move_to_end(tokens)
+                self.hits += 1
+                return tokens, self._rows[tokens]
+        return None
+
+    def clear(self) -> None:
+        self._rows.clear()
+        self._index.clear()
+        self.tokens = 0
+
+
+def _block_hashes(tokens: tuple[int, ...]) -> list[int]:
+    """The hash chain over `tokens`' whole blocks: entry j stands for the first j + 1 blocks."""
+    chain, value = [], 0
+    for start in range(0, len(tokens) - KEPT_BLOCK + 1, KEPT_BLOCK):
+        value = hash((value, tokens[start : start + KEPT_BLOCK]))
+        chain.append(value)
+    return chain
+
+
+def _stack_heads(
+    heads: list[tuple[int, _KV]], device: torch.device
+) -> tuple[DynamicCache | None, torch.Tensor | None]:
+    """One cache for rows whose cached heads may differ: each head left-padded to the
+    longest, with its mask; rows sharing one head (the shared prefix) share its tensors."""
+    width = max(n for n, _ in heads)
+    if width == 0:
+        return None, None
+    mask = torch.zeros((len(heads), width), dtype=torch.long, device=device)
+    for i, (n, _) in enumerate(heads):
+        if n:
+            mask[i, width - n :] = 1
+    first = heads[0][1]
+    if all(layers is first and n == width for n, layers in heads):
+        return _repeat(first, len(heads)), mask
+    template = next(layers for n, layers in heads if n)
+    stacked = []
+    for depth, (k0, _) in enumerate(template):
+        blank = k0.new_zeros((1, k0.shape[1], 0, k0.shape[3]))
+        keys, values = [], []
+        for n, layers in heads:
+            k, v = layers[depth] if n else (blank, blank)
+            k, v = k[:, :, :n], v[:, :, :n]
+            keys.append(torch.nn.functional.pad(k, (0, 0, width - n, 0)))
+            values.append(torch.nn.functional.pad(v, (0, 0, width - n, 0)))
+        stacked.append((torch.cat(keys), torch.cat(values)))
+    return DynamicCache(stacked), mask
 
 
 def _common_length(seqs: list[tuple[int, ...]]) -> int:

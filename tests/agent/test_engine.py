@@ -116,6 +116,13 @@ def test_engine_rollouts_equal_the_one_at_a_time_loop(taught_model, max_batch_to
     model, tokenizer = taught_model
     # 700 tokens hold two rows: rollouts of all three questions join as others end.
     backend = LocalBackend(model, tokenizer, max_batch_tokens=max_batch_tokens)
+    streams: list[ContinuousBatch] = []
+
+    def open_stream() -> ContinuousBatch:
+        streams.append(LocalBackend.open_stream(backend))
+        return streams[-1]
+
+    backend.open_stream = open_stream  # type: ignore[method-assign]
     jobs = _jobs()
     corpus = RecordingCorpus(make_articles())
     engine = RolloutEngine(backend, corpus, SETTINGS, agent_id=3, policy_version=VERSION)
@@ -123,6 +130,7 @@ def test_engine_rollouts_equal_the_one_at_a_time_loop(taught_model, max_batch_to
     assert not failures and stats.groups == len(jobs)
     assert sorted(job.question.id for job, _ in groups) == [10, 11, 12]
     multi_turn = 0
+    continued: set[tuple[int, ...]] = set()  # the distinct prompts of turns after the first
     for job, group in groups:
         reference = _reference_rollouts(backend, RecordingCorpus(make_articles()), job, SETTINGS)
         assert [t.sample_index for t in group] == list(job.samples)
@@ -138,7 +146,18 @@ def test_engine_rollouts_equal_the_one_at_a_time_loop(taught_model, max_batch_to
             assert trajectory.stop_reason is expected.stop
             assert trajectory.sampling["seed"] == expected.seed
             multi_turn += any(t.role == "tool" for t in trajectory.turns)
+            continued.update(
+                (job.question.id, *trajectory.completion_token_ids[: t.token_start])
+                for t in trajectory.turns[1:]
+                if t.role == "assistant"
+            )
     assert multi_turn > 0  # the comparison covers tool turns, not only one-turn answers
+    # every turn after the first continued its conversation's kept keys and values (rows
+    # with one prompt joining together look it up once); 700 tokens keep two conversations,
+    # so most are dropped before their next turn, which then prefills them again
+    hits = sum(s.kept.hits for s in streams)
+    assert continued
+    assert hits >= len(continued) if max_batch_tokens > 10_000 else hits < len(continued)
     # identical calls of the run shared one corpus read (and one tokenizing), as-of included
     calls = [  # (the search's as-of, the call's turn: the notice follows, tool, argument)
         (min(job.as_of, job.question.close_at or job.as_of), n, t.tool_name, t.tool_args)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,9 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 from futureworld.policy.base import FinishReason, Generation, PolicyBackend, SamplingParams
+from futureworld.policy.batching import KEPT_BLOCK, KeptConversations
 from futureworld.policy.local import LocalBackend
+from futureworld.policy.streaming import StreamRequest
 
 
 def _prompts(backend: LocalBackend) -> list[list[int]]:
@@ -176,3 +179,83 @@ def test_prompts_sharing_a_prefix_prefill_it_once_and_sample_as_if_alone(
         assert torch.allclose(replay, torch.tensor(generation.logprobs), atol=1e-5)
     whole = sum(len(p) - 1 for p in prompts)
     assert sum(counted) < whole - 2 * len(head)  # the head once, not four times
+
+
+def _finish(stream, requests) -> dict[int, Generation]:
+    """Offer `requests` to `stream` and advance it until all of them finished."""
+    for request in requests:
+        assert stream.offer(request)
+    results: dict[int, Generation] = {}
+    while stream.in_flight:
+        for result in stream.advance():
+            assert result.generation is not None, result.error
+            results[result.key] = result.generation
+    return results
+
+
+def test_a_conversations_next_turn_prefills_only_what_follows_its_kept_row(
+    tiny_backend: LocalBackend,
+):
+    """A row that finished leaves its keys and values; the conversation's next turn (the row's
+    prompt, its tokens and an observation) prefills only the observation, beside a fresh
+    prompt joining with it, and both sample exactly what they sample alone, with log-probs
+    equal to an unpadded replay."""
+    encode = tiny_backend.tokenizer.encode
+    first = tuple(
+        encode("Question: Will the central bank raise rates? " * 3, add_special_tokens=False)
+    )
+    params = SamplingParams(temperature=1.0, max_new_tokens=20, seed=4)
+    stream = tiny_backend.open_stream()
+    [turn] = _finish(stream, [StreamRequest(key=0, prompt=first, params=params)]).values()
+    assert stream.kept.tokens == len(first) + len(turn.token_ids) - 1
+    observation = tuple(
+        encode("Results: [3] Markets rally as election nears.", add_special_tokens=False)
+    )
+    second = (*first, *turn.token_ids, *observation)
+    fresh = tuple(encode("Prices of oil fell sharply on Monday", add_special_tokens=False))
+    counted, handle = _prefilled_tokens(tiny_backend.model)
+    try:
+        together = _finish(
+            stream,
+            [
+                StreamRequest(key=1, prompt=second, params=replace(params, seed=5)),
+                StreamRequest(key=2, prompt=fresh, params=replace(params, seed=6)),
+            ],
+        )
+    finally:
+        handle.remove()
+        stream.close()
+    assert stream.kept.hits == 1
+    # one prefill of two rows, each as wide as the wider suffix: the observation or the
+    # fresh prompt (its last token is the pending input), never the whole conversation
+    assert counted == [2 * max(len(observation), len(fresh) - 1)]
+    for key, prompt in ((1, second), (2, fresh)):
+        [alone] = tiny_backend.generate([prompt], replace(params, seed=4 + key))
+        assert together[key].token_ids == alone.token_ids
+        replay = _replay_logprobs(tiny_backend.model, list(prompt), together[key], 1.0)
+        assert torch.allclose(replay, torch.tensor(together[key].logprobs), atol=1e-5)
+
+
+def test_kept_conversations_find_the_longest_kept_row_and_drop_the_least_recent():
+    def layers(n: int):
+        return [(torch.full((1, 2, n, 4), float(n)), torch.zeros((1, 2, n, 4)))]
+
+    kept = KeptConversations(max_tokens=6 * KEPT_BLOCK)
+    short = tuple(range(KEPT_BLOCK + 3))
+    long = tuple(range(3 * KEPT_BLOCK + 1))
+    other = tuple(range(100, 100 + KEPT_BLOCK))
+    for tokens in (short, long, other):
+        kept.put(tokens, layers(len(tokens)))
+    assert kept.tokens == len(short) + len(long) + len(other)
+    prompt = (*long, 7, 7)
+    found, found_layers = kept.longest(prompt)
+    assert found == long and found_layers[0][0].shape[2] == len(long)
+    assert kept.longest((*short, 1))[0] == short  # a prompt extending only the shorter row
+    assert kept.longest(long)[0] == short  # a prompt must extend a row: not `long` itself
+    assert kept.longest(other) is None
+    assert kept.longest((*range(KEPT_BLOCK), 9, 9)) is None  # diverges inside short's 2nd block
+    # over the bound, the least recently used row goes first: `other` (short was just used)
+    kept.put(tuple(range(200, 200 + 2 * KEPT_BLOCK)), layers(2 * KEPT_BLOCK))
+    assert kept.longest((*other, 1)) is None
+    assert kept.longest((*short, 1)) is not None
+    assert kept.tokens <= 6 * KEPT_BLOCK
