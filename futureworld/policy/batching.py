@@ -13,8 +13,8 @@ more are trimmed whenever rows leave.
 Shared prefixes: the prompts of one agent begin with the same chat-template system turn (two
 thirds of the demo's 186-token prompt). When the prompts joining together share at least
 `MIN_SHARED_PREFIX` leading tokens, that prefix is prefilled once and its cache copied into
-every joining row, whose own suffix is then prefilled on top of it: a row's cache is
-[shared prefix][padding][its suffix], the padding masked and the suffix at its true positions.
+every joining row, whose own suffix is then prefilled on top of it, at its true positions:
+[shared prefix][padding][its suffix], the padding masked (and then packed away, below).
 The stream keeps the last shared prefix, so a later admission whose prompts all extend it
 (groups joining one at a time as earlier ones finish) prefills only suffixes. The stream
 lives for one engine run, over fixed weights, so the kept prefix cannot go stale. The keys
@@ -25,12 +25,13 @@ Conversations: an agent's next turn is its last prompt, the tokens it generated 
 observation, so its prompt begins with a finished row's tokens. A row that finishes leaves its
 keys and values behind (`KeptConversations`, bounded by `max_kept_tokens`, least recently used
 first out), and a joining prompt that extends a kept row prefills only what follows it: the
-observation, not the whole conversation again. Per row the cache is then
-[padding][its kept head][padding][its suffix], the heads of rows joining together left-padded
-to the longest. The kept keys are those the decode steps computed, which equal a prefill's to
-float rounding, as the shared prefix's do. An HTTP server does the same for itself (vLLM's
-automatic prefix caching); the rollout engine only has to send each turn as its conversation
-so far, which it does for token fidelity anyway.
+observation, not the whole conversation again. Rows joining together prefill their suffixes on
+top of their heads left-padded to the longest, [padding][its head][padding][its suffix]; each
+row's columns are then packed to the right, so the batch is as wide as its longest row and
+not its longest head plus its longest suffix. The kept keys are those the decode steps
+computed, which equal a prefill's to float rounding, as the shared prefix's do. An HTTP
+server does the same for itself (vLLM's automatic prefix caching); the rollout engine only
+has to send each turn as its conversation so far, which it does for token fidelity anyway.
 
 Admission is bounded by a token budget: rows × the widest row's reservation (its prompt plus
 its `max_new_tokens`) must stay within `max_batch_tokens`, which bounds the padded cache, the
@@ -257,6 +258,7 @@ class ContinuousBatch:
                 logits_to_keep=1,
             )
             cache = out.cache
+            mask = _compact(cache, mask)
         index = torch.tensor(which, dtype=torch.long, device=self._device)
         if len(unique) < len(joining):
             mask = mask.index_select(0, index)
@@ -465,6 +467,21 @@ def _stack_heads(
             values.append(torch.nn.functional.pad(v, (0, 0, width - n, 0)))
         stacked.append((torch.cat(keys), torch.cat(values)))
     return DynamicCache(stacked), mask
+
+
+def _compact(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
+    """Move every row's cached columns to the right end, in order, dropping the columns no row
+    uses (the padding between a row's head and its suffix); the rows' new mask. A key keeps
+    its position (rotated in when it was computed), so only the mask says where it sits."""
+    width = int(mask.sum(dim=1).max())
+    if width == mask.shape[1]:
+        return mask
+    columns = torch.sort(mask, dim=1, stable=True).indices[:, mask.shape[1] - width :]
+    for layer in cache.layers:
+        index = columns[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+        layer.keys = layer.keys.gather(2, index)
+        layer.values = layer.values.gather(2, index)
+    return mask.gather(1, columns)
 
 
 def _common_length(seqs: list[tuple[int, ...]]) -> int:

@@ -28,8 +28,9 @@ cache for a 1.5B Qwen2 (28 KB a token), 130 MB for the tiny model."""
 
 class LocalBackend:
     """A causal LM in this process. A prompt is prefilled when it joins the batch; a group's
-    identical prompts share one prefill, and prompts joining with a common prefix (the
-    system turn) share its prefill (futureworld.policy.batching)."""
+    identical prompts share one prefill, prompts joining with a common prefix (the system
+    turn) share its prefill, and a conversation's next turn prefills only what follows its
+    last (futureworld.policy.batching)."""
 
     def __init__(
         self,
@@ -38,13 +39,17 @@ class LocalBackend:
         *,
         name: str = "local",
         max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        max_kept_tokens: int | None = None,
     ) -> None:
+        """`max_kept_tokens`: finished rows' keys and values kept for their conversations'
+        next turns (futureworld.policy.batching; default `max_batch_tokens`, 0 keeps none)."""
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer of {name} needs a pad and an eos token")
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.model = model.eval()
         self.max_batch_tokens = max_batch_tokens
+        self.max_kept_tokens = max_kept_tokens
         self._tokenizer = tokenizer
         self._name = name
         self._eos_ids = _eos_ids(model, tokenizer)
@@ -101,6 +106,7 @@ class LocalBackend:
             eos_ids=self._eos_ids,
             stop_candidates=self._candidates,
             max_batch_tokens=self.max_batch_tokens,
+            max_kept_tokens=self.max_kept_tokens,
         )
 
     def generate(
