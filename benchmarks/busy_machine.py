@@ -38,7 +38,7 @@ from storage.repositories.agents import ensure_agent
 
 ROOT = Path(__file__).resolve().parents[1]
 FUTUREWORLD = str(Path(sys.executable).with_name("futureworld"))
-DEMO_ARGS = "--rounds 3 --questions-per-day 20 --panel 200"
+DEMO_ARGS = "--no-research --rounds 3 --questions-per-day 20 --panel 200"
 TIMEOUT_MARK = "Timed out while attempting to connect"
 
 

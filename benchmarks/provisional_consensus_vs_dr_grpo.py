@@ -89,6 +89,7 @@ def _panels(config: DelayedDemoConfig, versions: list[int]) -> list[PanelScore]:
 
 def _config(args: argparse.Namespace, estimator: Estimator) -> DelayedDemoConfig:
     return DelayedDemoConfig(
+        research=False,
         out_dir=args.out / str(estimator),
         rounds=args.rounds,
         questions_per_day=args.questions_per_day,

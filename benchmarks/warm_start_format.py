@@ -38,7 +38,7 @@ from futureworld.world import World
 def measure(seed: int, days: int, epochs: int, work: Path) -> dict[str, float | None]:
     """One warm start of the demo's seed `seed` and its round-0 panel score (Brier None when
     no answer parsed)."""
-    config = DemoConfig(seed=seed, sft_days=days, sft_epochs=epochs, out_dir=work)
+    config = DemoConfig(research=False, seed=seed, sft_days=days, sft_epochs=epochs, out_dir=work)
     state = work / "state"
     state.mkdir(parents=True)
     world = World(

@@ -69,8 +69,9 @@ def demo_command(
         bool,
         typer.Option(
             "--research/--no-research",
-            help="Run on the research world: questions state no cue, the agent searches and "
-            "opens articles over several turns, warm-started on a reference researcher.",
+            help="Run on the research world (the default): questions state no cue, the agent "
+            "searches and opens articles over several turns, warm-started on a reference "
+            "researcher. --no-research: one turn on a world whose questions state their cue.",
         ),
     ] = DEFAULTS.research,
     research_panel: Annotated[

@@ -171,12 +171,12 @@ def examples_sim() -> SimChoiceQuestion:
     return next(s for s in WORLD.kind_questions_posed_on(0) if isinstance(s, SimChoiceQuestion))
 
 
-def test_the_default_demo_keeps_its_binary_settings_and_kinds_add_rewards() -> None:
-    default = DemoConfig()
+def test_the_one_turn_demo_keeps_its_binary_settings_and_kinds_add_rewards() -> None:
+    default = DemoConfig(research=False)
     assert default.kinds == (QuestionKind.BINARY,)
     assert default.generation.max_new_tokens == 12 and default.update.kind_rewards == ()
     assert default.world_config(seed=0) == WorldConfig(seed=0)
-    kinds = DemoConfig(kinds=("binary", "choice", "numeric"))
+    kinds = DemoConfig(research=False, kinds=("binary", "choice", "numeric"))
     assert kinds.update.rewards == (RewardFn.BRIER, RewardFn.RLCR, RewardFn.CRPS)
     assert kinds.generation.max_new_tokens == kinds.kind_max_new_tokens
     world = kinds.world_config(seed=0)
@@ -240,6 +240,7 @@ def test_the_kinds_demo_runs_end_to_end(prefect_harness, tmp_path) -> None:
 
     config = DemoConfig(
         out_dir=tmp_path / "demo",
+        research=False,
         kinds=("binary", "choice", "numeric"),
         rounds=2,
         questions_per_day=6,

@@ -19,7 +19,7 @@ from futureworld.world import World
 
 
 def test_the_panel_is_another_worlds_questions_in_the_rounds_calendar() -> None:
-    config = DemoConfig(kinds=(QuestionKind.BINARY, QuestionKind.CHOICE))
+    config = DemoConfig(research=False, kinds=(QuestionKind.BINARY, QuestionKind.CHOICE))
     live = World(config.world_config(seed=3, questions_per_day=config.questions_per_day))
     source = panel_world(config.world_config(seed=3), 600)
     assert source.config.seed == panel_seed(3) != 3 and source.config.cancel_rate == 0.0

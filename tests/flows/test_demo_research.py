@@ -69,9 +69,10 @@ from storage.repositories.training import agent_train_steps, training_run_status
 SETTINGS = DemoConfig(research=True).generation
 
 
-def test_research_is_off_by_default_and_the_default_demo_keeps_its_settings() -> None:
-    default = DemoConfig()
-    assert not default.research and default.world_config(seed=0) == WorldConfig(seed=0)
+def test_research_is_on_by_default_and_the_one_turn_demo_keeps_its_settings() -> None:
+    assert DemoConfig().research and DemoConfig() == DemoConfig(research=True)
+    default = DemoConfig(research=False)
+    assert default.world_config(seed=0) == WorldConfig(seed=0)
     assert default.generation == GenerationSettings(
         max_turns=1, max_new_tokens=12, max_total_tokens=1024, brief_prompt=True, seed=0
     )
@@ -119,7 +120,7 @@ def test_the_research_demo_elicits_beliefs_for_the_estimators_that_credit_turns(
     for estimator in Estimator:
         research = DemoConfig(research=True, estimator=estimator).generation
         assert research.elicit_beliefs is (estimator in turn_credit)
-        assert not DemoConfig(estimator=estimator).generation.elicit_beliefs
+        assert not DemoConfig(research=False, estimator=estimator).generation.elicit_beliefs
 
 
 def _rollout(*tools: tuple[str, tuple[int, ...]]) -> Trajectory:

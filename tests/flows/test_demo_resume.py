@@ -36,6 +36,7 @@ from futureworld.domain import QuestionKind
 DEMO = [
     str(Path(sys.executable).with_name("futureworld")),
     "demo",
+    "--no-research",
     "--rounds", "2",
     "--questions-per-day", "12",
     "--samples", "2",

@@ -155,6 +155,7 @@ def test_the_demo_takes_the_same_settings(tmp_path: Path) -> None:
 
     config = DemoConfig(out_dir=tmp_path, train_set=("clip_high=0.4", "policy_loss=cispo"))
     assert (config.update.config.clip_high, config.update.config.policy_loss) == (0.4, "cispo")
-    assert config.update.config.learning_rate == config.rl_learning_rate  # the demo's own
+    # the research demo's own rate (the default demo's)
+    assert config.update.config.learning_rate == config.research_rl_learning_rate
     bad = CliRunner().invoke(app, ["demo", "--set", "nope=1", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "nope: not a training setting" in bad.output
