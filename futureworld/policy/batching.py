@@ -390,21 +390,22 @@ class KeptConversations:
         self.tokens = 0
         self.hits = 0
         """Prompts that found a kept row (a count for tests and benchmarks)."""
-        self._rows: OrderedDict[tuple[int, ...], _KV] = OrderedDict()
+        self._rows: OrderedDict[tuple[int, ...], tuple[int, _KV]] = OrderedDict()
+        """Each kept row's index key (its whole blocks' hash) and keys and values."""
         self._index: dict[int, list[tuple[int, ...]]] = {}
 
     def put(self, tokens: tuple[int, ...], layers: _KV) -> None:
         if len(tokens) < KEPT_BLOCK or len(tokens) > self.max_tokens or tokens in self._rows:
             return
-        self._rows[tokens] = layers
-        self._index.setdefault(_block_hashes(tokens)[-1], []).append(tokens)
+        key = _block_hashes(tokens)[-1]
+        self._rows[tokens] = (key, layers)
+        self._index.setdefault(key, []).append(tokens)
         self.tokens += len(tokens)
         while self.tokens > self.max_tokens:
-            oldest, _ = self._rows.popitem(last=False)
-            bucket = self._index[_block_hashes(oldest)[-1]]
-            bucket.remove(oldest)
-            if not bucket:
-                del self._index[_block_hashes(oldest)[-1]]
+            oldest, (key, _) = self._rows.popitem(last=False)
+            self._index[key].remove(oldest)
+            if not self._index[key]:
+                del self._index[key]
             self.tokens -= len(oldest)
 
     def longest(self, prompt: tuple[int, ...]) -> tuple[tuple[int, ...], _KV] | None:
@@ -422,7 +423,7 @@ class KeptConversations:
                 tokens = max(matches, key=len)
                 self._rows.move_to_end(tokens)
                 self.hits += 1
-                return tokens, self._rows[tokens]
+                return tokens, self._rows[tokens][1]
         return None
 
     def clear(self) -> None:
