@@ -23,12 +23,9 @@ import time
 from pathlib import Path
 
 import torch
+from research_claim_panel import served_policies
 
-from flows.context import build_context, open_engine
-from flows.demo.config import LEARNER, DemoConfig
 from flows.demo.research_panel import build_research_panel, forecast_research_panel
-from flows.demo.rounds import round_policy
-from flows.settings import Settings
 from futureworld.policy.loading import load_backend
 
 WAYS = {"whole conversation": 0, "kept conversations": None}
@@ -55,17 +52,8 @@ class Work:
 
 
 def measure(folder: Path, repeats: int) -> dict[str, object]:
-    metrics = json.loads((folder / "metrics.json").read_text())
-    state = folder / "state"
-    seed = int(json.loads((state / "resume.json").read_text())["config"]["seed"])
-    rounds = metrics["research"]["rounds"]
-    versions = (rounds[0]["policy_version"], rounds[-1]["policy_version"])
-    config = DemoConfig(research=True, seed=seed)
-    settings = Settings(data_dir=state, db_url=f"sqlite:///{state / 'futureworld.db'}")
-    engine = open_engine(settings)
-    ctx = build_context(settings, engine)
-    policies = [round_policy(ctx, LEARNER, v) for v in versions]
-    engine.dispose()
+    seed, config, policies = served_policies(folder)
+    versions = tuple(version for _, _, version in policies)
     base = config.world_config(seed=seed, max_horizon_days=config.max_horizon_days)
     panel = build_research_panel(base, config.research_panel_questions, config.questions_per_day)
     result: dict[str, object] = {"run": str(folder), "seed": seed, "versions": versions}

@@ -27,24 +27,31 @@ from flows.demo.research_panel import (
     forecast_research_panel,
     research_round,
 )
-from flows.demo.rounds import round_policy
+from flows.demo.rounds import RoundPolicy, round_policy
 from flows.settings import Settings
 from futureworld.policy.loading import load_backend
 
 
-def rescore(folder: Path, sizes: list[int]) -> list[dict[str, object]]:
-    """The claim of `folder`'s run (first against last round's version) on each panel size."""
+def served_policies(folder: Path) -> tuple[int, DemoConfig, list[RoundPolicy]]:
+    """A finished research demo's seed, configuration, and the policies its round 0 and its
+    last round served, read from its folder's metrics and state."""
     metrics = json.loads((folder / "metrics.json").read_text())
     state = folder / "state"
     seed = int(json.loads((state / "resume.json").read_text())["config"]["seed"])
     rounds = metrics["research"]["rounds"]
     versions = (rounds[0]["policy_version"], rounds[-1]["policy_version"])
-    config = DemoConfig(research=True, seed=seed)
     settings = Settings(data_dir=state, db_url=f"sqlite:///{state / 'futureworld.db'}")
     engine = open_engine(settings)
     ctx = build_context(settings, engine)
     policies = [round_policy(ctx, LEARNER, v) for v in versions]
     engine.dispose()
+    return seed, DemoConfig(research=True, seed=seed), policies
+
+
+def rescore(folder: Path, sizes: list[int]) -> list[dict[str, object]]:
+    """The claim of `folder`'s run (first against last round's version) on each panel size."""
+    seed, config, policies = served_policies(folder)
+    versions = tuple(version for _, _, version in policies)
     backends = [load_backend(spec) for spec, _, _ in policies]
     base = config.world_config(seed=seed, max_horizon_days=config.max_horizon_days)
     rows = []

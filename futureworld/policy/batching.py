@@ -23,15 +23,15 @@ and values are the same computation split in two, equal to a whole prefill to fl
 
 Conversations: an agent's next turn is its last prompt, the tokens it generated and the tool's
 observation, so its prompt begins with a finished row's tokens. A row that finishes leaves its
-keys and values behind (`KeptConversations`, bounded by `max_kept_tokens`, least recently used
-first out), and a joining prompt that extends a kept row prefills only what follows it: the
-observation, not the whole conversation again. Rows joining together prefill their suffixes on
-top of their heads left-padded to the longest, [padding][its head][padding][its suffix]; each
-row's columns are then packed to the right, so the batch is as wide as its longest row and
-not its longest head plus its longest suffix. The kept keys are those the decode steps
-computed, which equal a prefill's to float rounding, as the shared prefix's do. An HTTP
-server does the same for itself (vLLM's automatic prefix caching); the rollout engine only
-has to send each turn as its conversation so far, which it does for token fidelity anyway.
+keys and values behind (`KeptConversations`, bounded by `max_kept_tokens`, rows already
+continued first out), and a joining prompt that extends a kept row prefills only what follows
+it: the observation, not the whole conversation again. Rows joining together prefill their
+suffixes on top of their heads left-padded to the longest, [padding][its head][padding][its
+suffix]; each row's columns are then packed to the right, so the batch is as wide as its
+longest row and not its longest head plus its longest suffix. The kept keys are those the
+decode steps computed, which equal a prefill's to float rounding, as the shared prefix's do.
+An HTTP server does the same for itself (vLLM's automatic prefix caching); the rollout engine
+only has to send each turn as its conversation so far, which it does for token fidelity anyway.
 
 Admission is bounded by a token budget: rows × the widest row's reservation (its prompt plus
 its `max_new_tokens`) must stay within `max_batch_tokens`, which bounds the padded cache, the
@@ -67,6 +67,13 @@ MIN_SHARED_PREFIX = 16
 KEPT_BLOCK = 16
 """Kept conversations are found by a hash chain over blocks of this many tokens."""
 
+KEPT_PER_BATCH_TOKEN = 2
+"""Kept tokens per token of the batch's budget, by default. The conversations waiting for
+their next turn can be as many as the batch holds, each a turn longer than it was there: on
+a research panel of 1920 three-turn rollouts (benchmarks/conversation_cache.py), 1x the
+budget kept what 0.74-0.94x of the whole-conversation prefill needed again, 2x what an
+unbounded store keeps (0.69-0.77x)."""
+
 
 @dataclass
 class _Row:
@@ -93,7 +100,7 @@ class ContinuousBatch:
         max_kept_tokens: int | None = None,
     ) -> None:
         """`max_kept_tokens` bounds the finished rows' kept keys and values (default
-        `max_batch_tokens`, as much as the batch's own cache; 0 keeps none)."""
+        `KEPT_PER_BATCH_TOKEN` × `max_batch_tokens`; 0 keeps none)."""
         self._model = model
         self._tokenizer = tokenizer
         self._eos_ids = eos_ids
@@ -110,7 +117,7 @@ class ContinuousBatch:
         self._shared: tuple[tuple[int, ...], _KV] | None = None
         """The last shared prefix prefilled and its keys and values (batch of one)."""
         self.kept = KeptConversations(
-            max_batch_tokens if max_kept_tokens is None else max_kept_tokens
+            KEPT_PER_BATCH_TOKEN * max_batch_tokens if max_kept_tokens is None else max_kept_tokens
         )
 
     @property
@@ -377,7 +384,10 @@ class ContinuousBatch:
 
 class KeptConversations:
     """Finished rows' keys and values by their tokens, found again by a prompt that extends
-    them. At most `max_tokens` tokens are kept; the least recently used go first.
+    them. At most `max_tokens` tokens are kept. Over that, rows a prompt has already extended
+    go first (their conversation has moved on, and its next turn will be kept longer), then
+    the longest-kept: with every row waiting for its next turn, least recently used would
+    drop the rows whose turn comes next.
 
     A kept row is indexed by the hash chain of its whole blocks of `KEPT_BLOCK` tokens, so
     finding the longest kept row a prompt extends hashes the prompt's blocks once and
@@ -421,7 +431,7 @@ class KeptConversations:
             ]
             if matches:
                 tokens = max(matches, key=len)
-                self._rows.move_to_end(tokens)
+                self._rows.move_to_end(tokens, last=False)  # first to go
                 self.hits += 1
                 return tokens, self._rows[tokens][1]
         return None

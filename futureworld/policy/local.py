@@ -23,7 +23,8 @@ from futureworld.torch_threads import set_torch_threads
 
 DEFAULT_MAX_BATCH_TOKENS = 262_144
 """Rows × the widest row's prompt + max_new_tokens per decode batch: about 7 GB of bf16
-cache for a 1.5B Qwen2 (28 KB a token), 130 MB for the tiny model."""
+cache for a 1.5B Qwen2 (28 KB a token), 130 MB for the tiny model; the finished turns kept
+for their conversations' next turns take up to twice that (`max_kept_tokens`)."""
 
 
 class LocalBackend:
@@ -42,7 +43,8 @@ class LocalBackend:
         max_kept_tokens: int | None = None,
     ) -> None:
         """`max_kept_tokens`: finished rows' keys and values kept for their conversations'
-        next turns (futureworld.policy.batching; default `max_batch_tokens`, 0 keeps none)."""
+        next turns (futureworld.policy.batching; default twice `max_batch_tokens`, 0 keeps
+        none)."""
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer of {name} needs a pad and an eos token")
         if max_batch_tokens < 1:

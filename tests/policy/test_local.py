@@ -236,7 +236,7 @@ def test_a_conversations_next_turn_prefills_only_what_follows_its_kept_row(
         assert torch.allclose(replay, torch.tensor(together[key].logprobs), atol=1e-5)
 
 
-def test_kept_conversations_find_the_longest_kept_row_and_drop_the_least_recent():
+def test_kept_conversations_find_the_longest_kept_row_and_drop_the_continued_first():
     def layers(n: int):
         return [(torch.full((1, 2, n, 4), float(n)), torch.zeros((1, 2, n, 4)))]
 
@@ -254,8 +254,9 @@ def test_kept_conversations_find_the_longest_kept_row_and_drop_the_least_recent(
     assert kept.longest(long)[0] == short  # a prompt must extend a row: not `long` itself
     assert kept.longest(other) is None
     assert kept.longest((*range(KEPT_BLOCK), 9, 9)) is None  # diverges inside short's 2nd block
-    # over the bound, the least recently used row goes first: `other` (short was just used)
+    # over the bound, the rows already continued go first (short, the last one continued,
+    # then long), and the one still waiting for its next turn stays
     kept.put(tuple(range(200, 200 + 2 * KEPT_BLOCK)), layers(2 * KEPT_BLOCK))
-    assert kept.longest((*other, 1)) is None
-    assert kept.longest((*short, 1)) is not None
-    assert kept.tokens <= 6 * KEPT_BLOCK
+    assert kept.longest((*short, 1)) is None and kept.longest((*long, 1)) is None
+    assert kept.longest((*other, 1))[0] == other
+    assert kept.tokens == len(other) + 2 * KEPT_BLOCK <= 6 * KEPT_BLOCK
