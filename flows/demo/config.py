@@ -46,8 +46,9 @@ class DemoConfig:
     words) while subjects recurred within days; on the research world with a subject cycle and
     150 entities (`research_entities`) 0.97-0.99 are, and the warm start reads what it finds
     (docs/results.md, "Subjects asked once a cycle"). On 2 Zen 5 cores seeds 0-4 learned by
-    the whole claim on the 1920-question panel (`research_panel_questions`), and seed 0 took
-    under 10 minutes alone (docs/results.md, "The research demo as the default"). On the
+    the whole claim on the 1920-question panel (`research_panel_questions`); seed 0 took
+    11.6 min alone, as long as the 960-question default right after it, which had taken 9.2
+    an hour earlier on the same cores (docs/results.md, "The research demo as the default"). On the
     960-question panel before it, every run of seeds 0-6 on three machines learned to search,
     beat the uninformed floor and improved Brier, but a third missed the ECE interval, seed 1
     on all three; rescored on 1920 questions seed 1's last version learned by the whole
@@ -198,8 +199,8 @@ class DemoConfig:
     1920 and on 3840; benchmarks/research_claim_panel.py; docs/results.md, "The research demo
     as the default"), as it was on 480 for seeds 0, 2 and 3 ("The research demo with a
     decayed warm start and half the RL rate"). The panel researches in its own process
-    beside the next round's cycle, which would otherwise leave a core idle: 960 questions
-    take about 3 s a version on 2 cores."""
+    beside the next round's cycle, which leaves part of the 2 cores idle (a run used 1.27 of
+    them on average), and a run of the 1920-question default took as long as one of 960."""
     research_search_rate: float = 0.7
     """Share of the reference researcher's rollouts that search (the rest answer the prior)."""
     research_poor_query_rate: float = 0.3
