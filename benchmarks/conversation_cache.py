@@ -63,8 +63,8 @@ def measure(folder: Path, repeats: int) -> dict[str, object]:
         work: dict[str, tuple[int, int]] = {}
         tokens: dict[str, list[tuple[int, ...]]] = {}
         for _ in range(repeats):
-            for way, kept in WAYS.items():
-                backend.max_kept_tokens = kept
+            for way, bound in WAYS.items():
+                backend.max_kept_tokens = bound
                 counter = Work(backend.model)
                 started = time.perf_counter()
                 groups = forecast_research_panel(

@@ -48,8 +48,8 @@ class DemoConfig:
     (docs/results.md, "Subjects asked once a cycle"). On 2 Zen 5 cores seeds 0-4 learned by
     the whole claim on the 1920-question panel (`research_panel_questions`); seed 0 took
     11.6 min alone, as long as the 960-question default right after it, which had taken 9.2
-    an hour earlier on the same cores (docs/results.md, "The research demo as the default"). On the
-    960-question panel before it, every run of seeds 0-6 on three machines learned to search,
+    an hour earlier on the same cores (docs/results.md, "The research demo as the default").
+    On the 960-question panel before it, every run of seeds 0-6 on three machines learned to search,
     beat the uninformed floor and improved Brier, but a third missed the ECE interval, seed 1
     on all three; rescored on 1920 questions seed 1's last version learned by the whole
     claim. Whether the tiny model learns to read at all is a draw of the warm start, and of

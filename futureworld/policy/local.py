@@ -102,13 +102,16 @@ class LocalBackend:
 
     def open_stream(self) -> ContinuousBatch:
         """Continuous batching within `max_batch_tokens` (futureworld.policy.batching)."""
+        return self._stream(self.max_kept_tokens)
+
+    def _stream(self, max_kept_tokens: int | None) -> ContinuousBatch:
         return ContinuousBatch(
             self.model,
             self._tokenizer,
             eos_ids=self._eos_ids,
             stop_candidates=self._candidates,
             max_batch_tokens=self.max_batch_tokens,
-            max_kept_tokens=self.max_kept_tokens,
+            max_kept_tokens=max_kept_tokens,
         )
 
     def generate(
@@ -122,7 +125,8 @@ class LocalBackend:
         """
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        return generate_all(self.open_stream(), prompts, params)
+        # One batch, its stream closed after: no row of it has a next turn to keep it for.
+        return generate_all(self._stream(max_kept_tokens=0), prompts, params)
 
     def _candidates(self, stops: tuple[str, ...]) -> frozenset[int]:
         """Ids whose text contains the last character of some stop string (or a partial byte)."""
