@@ -35,7 +35,7 @@ from transformers import PreTrainedTokenizerBase
 
 from futureworld.agent.parsing import Action, ActionKind, parse_answer
 from futureworld.agent.parsing import parse_action as parse_action_text
-from futureworld.agent.prompts import encode_prompt
+from futureworld.agent.prompts import encode_prompt, encode_text
 from futureworld.agent.tools import Corpus, format_article, format_search_results
 from futureworld.domain import GenerationSettings, Question, QuestionKind, StopReason, Turn
 from futureworld.policy.base import FinishReason, Generation
@@ -249,7 +249,7 @@ def run_tool(
     if last_turn_next:
         content += LAST_TURN_NOTICE
     text = frame[0] + content + frame[1]
-    ids = tuple(tokenizer.encode(text, add_special_tokens=False))
+    ids = tuple(encode_text(tokenizer, text))
     return Observation(action, tool_s, text=text, ids=ids, result_ids=result_ids)
 
 
@@ -338,7 +338,7 @@ def _open_article(argument: str, corpus: Corpus, as_of: datetime) -> str:
 
 def _truncate_middle(content: str, max_tokens: int, tokenizer: PreTrainedTokenizerBase) -> str:
     """Keep the head and tail of an over-long observation, with a marker between."""
-    ids = tokenizer.encode(content, add_special_tokens=False)
+    ids = encode_text(tokenizer, content)
     if len(ids) <= max_tokens:
         return content
     head = max_tokens // 2

@@ -9,6 +9,10 @@ choice question lists its options under their labels; a numeric question states 
 
 from __future__ import annotations
 
+import hashlib
+import threading
+import weakref
+from collections import OrderedDict
 from datetime import datetime
 
 from transformers import PreTrainedTokenizerBase
@@ -32,6 +36,81 @@ SYSTEM_PROMPTS: dict[QuestionKind, str] = {
 }
 SYSTEM_PROMPT = SYSTEM_PROMPTS[QuestionKind.BINARY]
 """The binary agents' system prompt (the demo's tokenizer and learning curve read it)."""
+
+
+ENCODED_TEXTS_KEPT = 8192
+"""Texts whose token ids `encode_text` keeps per process, the least recently used dropped
+first. A research rollout's prompt and each observation are texts its process has often
+tokenized before: the held-out panel forecasts the same questions every round, and the
+promotion gate forecasts questions the day's predict did. Tokenizing them again was a fifth
+of the panel process's time in a research demo (docs/results.md)."""
+
+
+class _EncodedTexts:
+    """(tokenizer fingerprint, text) → token ids, at most `size` of them (thread-safe: the
+    rollout engine tokenizes observations on its tool threads)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._ids: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> tuple[int, ...] | None:
+        with self._lock:
+            ids = self._ids.get(key)
+            if ids is not None:
+                self._ids.move_to_end(key)
+            return ids
+
+    def put(self, key: tuple[str, str], ids: tuple[int, ...]) -> None:
+        with self._lock:
+            self._ids[key] = ids
+            self._ids.move_to_end(key)
+            while len(self._ids) > self._size:
+                self._ids.popitem(last=False)
+
+
+_ENCODED = _EncodedTexts(ENCODED_TEXTS_KEPT)
+_FINGERPRINTS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, str | None] = (
+    weakref.WeakKeyDictionary()
+)
+_FINGERPRINTS_LOCK = threading.Lock()
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """What decides a fast tokenizer's ids for a text, as a sha256: its class, whether it
+    splits special tokens, and its backend's whole definition (model, added tokens,
+    normalizer, pre-tokenizer), taken when the tokenizer first encodes through `encode_text`.
+    Two loads of one tokenizer (each policy version's checkpoint holds a copy) share it.
+    None for a tokenizer without a fast backend: its texts are not kept."""
+    with _FINGERPRINTS_LOCK:
+        if tokenizer in _FINGERPRINTS:
+            return _FINGERPRINTS[tokenizer]
+    backend = getattr(tokenizer, "backend_tokenizer", None) if tokenizer.is_fast else None
+    fingerprint = None
+    if backend is not None:
+        digest = hashlib.sha256(type(tokenizer).__qualname__.encode())
+        digest.update(str(getattr(tokenizer, "split_special_tokens", False)).encode())
+        digest.update(backend.to_str().encode())
+        fingerprint = digest.hexdigest()
+    with _FINGERPRINTS_LOCK:
+        _FINGERPRINTS[tokenizer] = fingerprint
+    return fingerprint
+
+
+def encode_text(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    """`tokenizer.encode(text, add_special_tokens=False)`, the ids kept per (tokenizer
+    fingerprint and size, text) for the next time (ENCODED_TEXTS_KEPT). A token added to the
+    tokenizer later changes its size, so the ids kept before are not reused."""
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    if fingerprint is None:
+        return tokenizer.encode(text, add_special_tokens=False)
+    key = (f"{fingerprint}:{len(tokenizer)}", text)
+    ids = _ENCODED.get(key)
+    if ids is None:
+        ids = tuple(tokenizer.encode(text, add_special_tokens=False))
+        _ENCODED.put(key, ids)
+    return list(ids)
 
 
 def render_question(question: Question, *, as_of: datetime, brief: bool = False) -> str:
@@ -69,7 +148,7 @@ def encode_prompt(
         {"role": "user", "content": render_question(question, as_of=as_of, brief=brief)},
     ]
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tokenizer.encode(text, add_special_tokens=False)
+    return encode_text(tokenizer, text)
 
 
 _ASSISTANT_MARK = "\x00ASSISTANT\x00"

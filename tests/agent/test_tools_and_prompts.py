@@ -11,8 +11,10 @@ from futureworld.agent.prompts import (
     SYSTEM_PROMPT,
     SYSTEM_PROMPTS,
     encode_prompt,
+    encode_text,
     observation_frame,
     render_question,
+    tokenizer_fingerprint,
 )
 from futureworld.agent.tools import (
     Corpus,
@@ -113,6 +115,39 @@ def test_prompt_carries_question_dates_and_actions(tiny_backend: LocalBackend):
     prompt = tokenizer.decode(encode_prompt(tokenizer, question, as_of=CUTOFF))
     assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
     assert "<search>" in prompt and "<open>" in prompt and "<probability>" in prompt
+
+
+def test_encode_text_keeps_ids_per_tokenizer_definition(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from futureworld.policy.tiny import init_tiny_model
+
+    texts = [
+        "Results for 'Acme rates': [id 3] 2026-02-27 Acme rates rise",
+        "<|im_end|>\n<|im_start|>user\nno results<|im_end|>\n<|im_start|>assistant\n",
+        "",
+        "ünïcode — and\ttabs\n\n",
+    ]
+    first = AutoTokenizer.from_pretrained(tiny_model_dir)
+    again = AutoTokenizer.from_pretrained(tiny_model_dir)  # a second load: one definition
+    assert tokenizer_fingerprint(first) == tokenizer_fingerprint(again) is not None
+    for text in texts * 2:  # the second pass reads the kept ids
+        for tokenizer in (first, again):
+            ids = encode_text(tokenizer, text)
+            assert ids == tokenizer.encode(text, add_special_tokens=False)
+            ids.append(-1)  # each call's list is its own
+            assert encode_text(tokenizer, text) == tokenizer.encode(text, add_special_tokens=False)
+    other_dir = init_tiny_model(tmp_path / "other", seed=0, extra_texts=["Acme rates rise"] * 50)
+    other = AutoTokenizer.from_pretrained(other_dir)
+    assert tokenizer_fingerprint(other) != tokenizer_fingerprint(first)
+    assert other.encode(texts[0], add_special_tokens=False) != first.encode(
+        texts[0], add_special_tokens=False
+    )
+    assert encode_text(other, texts[0]) == other.encode(texts[0], add_special_tokens=False)
+    # a token added after the tokenizer's first encode is not missed
+    again.add_tokens(["Acme rates"])
+    assert encode_text(again, texts[0]) == again.encode(texts[0], add_special_tokens=False)
+    assert encode_text(again, texts[0]) != encode_text(first, texts[0])
 
 
 def test_observation_frame_closes_the_turn_and_reopens_the_assistant(tiny_backend: LocalBackend):
