@@ -41,7 +41,7 @@ from sweeps import Job, parse_numeric_sets, parse_seeds, run_side_by_side
 
 from flows.demo.config import LEARNER, WARM_START_VERSION, DemoConfig
 from flows.demo.report import learning_claim
-from flows.demo.research_panel import ResearchRound
+from flows.demo.research_panel import ResearchRound, claim_scores
 from flows.demo.research_report import research_summary
 from flows.demo.resume import load_state
 from futureworld.rl.config import Estimator
@@ -163,7 +163,7 @@ def summarise(
         by_round.append(row)
     per_run = {}
     for (s, e), rounds in runs.items():
-        claim = learning_claim([r.score for r in rounds])
+        claim = learning_claim(claim_scores(rounds))
         first, last = summaries[(s, e)][0], summaries[(s, e)][-1]
         wall = run_dir(out, s, e) / "wall_s.txt"
         per_run[f"{s}:{e.value}"] = {

@@ -5,7 +5,8 @@ any of its options) for each seed, `--jobs` at a time with one torch thread each
 (FW_TORCH_THREADS=1), then tabulates each run's metrics.json the way docs/results.md does:
 
 - Brier first → last and its Δ with the 95% paired interval (round 0 against the last round
-  on the panel), and ECE's Δ: the demo's claim ("learned" when both intervals lie below 0);
+  on the panel, the whole one where a research run's rounds between score its head), and
+  ECE's Δ: the demo's claim ("learned" when both intervals lie below 0);
 - min parsed: the lowest panel parse rate of any round (the bar: at least 0.90);
 - worst served: the largest panel Brier of any round minus round 0's, the warm start's (the
   bar: at most +0.02);
@@ -85,7 +86,10 @@ def seed_row(seed: int, folder: Path) -> dict[str, object]:
     wall = folder / "wall_min.txt"
     return {
         "seed": seed,
-        "brier": [first["brier"], last["brier"]] if scored else None,
+        # the claim's rounds on the whole panel (a research run's rows are of its head)
+        "brier": [claim["brier"]["first"], claim["brier"]["last"]]
+        if claim
+        else ([first["brier"], last["brier"]] if scored else None),
         "brier_delta": claim["brier"] if claim else None,
         "ece_delta": claim["ece"] if claim else None,
         "min_parsed": min_parsed,

@@ -75,8 +75,20 @@ def demo_command(
         ),
     ] = DEFAULTS.research,
     research_panel: Annotated[
-        int, typer.Option(help="Held-out research-panel questions scored each round.")
+        int,
+        typer.Option(
+            help="Held-out research-panel questions: round 0 and the last round, which the "
+            "claim compares, are scored on all of them."
+        ),
     ] = DEFAULTS.research_panel_questions,
+    research_round_panel: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="The research panel's first questions the rounds between are scored on, "
+            "and every round's row and curve (0: every round on the whole panel).",
+        ),
+    ] = DEFAULTS.research_round_panel_questions or 0,
     research_sharpening: Annotated[
         float,
         typer.Option(
@@ -180,6 +192,7 @@ def demo_command(
             kind_panel_questions=kind_panel,
             research=research,
             research_panel_questions=research_panel,
+            research_round_panel_questions=research_round_panel or None,
             research_sharpening=research_sharpening,
             validation_fraction=validation_fraction,
             report_to=report_to,

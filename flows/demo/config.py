@@ -200,7 +200,19 @@ class DemoConfig:
     as the default"), as it was on 480 for seeds 0, 2 and 3 ("The research demo with a
     decayed warm start and half the RL rate"). The panel researches in its own process
     beside the next round's cycle, which leaves part of the 2 cores idle (a run used 1.27 of
-    them on average), and a run of the 1920-question default took as long as one of 960."""
+    them on average), and a run of the 1920-question default took as long as one of 960.
+    That held on a Zen 5; on a Zen 3 the two processes kept both cores busy through the
+    rounds, and the panel was half their work (`research_round_panel_questions`)."""
+    research_round_panel_questions: int | None = 480
+    """The head of the research panel (its first questions, the same ones every round) that
+    the rounds between the first and the last are scored on; round 0 and the last round,
+    which the claim compares, are scored on the whole panel, and on the head as well (the
+    head's scores of every round are the per-round table and curves, so every round is one
+    question set). None, or at least the whole panel: every round is scored on the whole
+    panel. A round's Brier on 480 questions is within about ±0.02 (95%), which a curve over
+    30 rounds can show; the paired claim needs all 1920. The panel is the rounds' largest
+    job after the cycle's, and a quarter of it left the cycle's process most of the second
+    core (docs/results.md, "The research panel's head scores the rounds between")."""
     research_search_rate: float = 0.7
     """Share of the reference researcher's rollouts that search (the rest answer the prior)."""
     research_poor_query_rate: float = 0.3
@@ -273,12 +285,31 @@ class DemoConfig:
         if self.research and (self.research_max_turns < 3 or self.research_panel_questions < 1):
             raise ValueError("research needs max_turns >= 3 and research_panel_questions >= 1")
         if (
+            self.research_round_panel_questions is not None
+            and self.research_round_panel_questions < 1
+        ):
+            raise ValueError(
+                "research_round_panel_questions must be >= 1 or None (the whole panel), got "
+                f"{self.research_round_panel_questions}"
+            )
+        if (
             self.research_gate_max_questions < 1
             or min(self.research_gate_max_unresolved, self.research_gate_max_trained) < 0
         ):
             raise ValueError("research_gate_max_questions must be >= 1, the other sizes >= 0")
         self.researcher  # noqa: B018 — bad researcher rates fail here
         self.update  # noqa: B018 — a bad --set fails here, before the warm start
+
+    def research_panel_head(self) -> int | None:
+        """The research panel's head the per-round scores are of (research_round_panel_questions),
+        None where that is the whole panel."""
+        head = self.research_round_panel_questions
+        return None if head is None or head >= self.research_panel_questions else head
+
+    def research_round_scores_whole(self, round_no: int) -> bool:
+        """Whether round `round_no` is scored on the whole research panel: the claim's rounds
+        (the first and the last) always; every round where the head is the whole panel."""
+        return self.research_panel_head() is None or round_no in (0, self.rounds - 1)
 
     @property
     def extra_kinds(self) -> tuple[QuestionKind, ...]:

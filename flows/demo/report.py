@@ -74,6 +74,9 @@ class LearningClaim:
     ece: PairedDifference
     parse_rates: tuple[float, float]
     """Share of the panel forecasts that parsed, first and last round."""
+    forecasts: tuple[int, int]
+    """Panel forecasts of the first and the last round, parsed or not: the panel the claim
+    compares (the research demo's whole panel, where its rounds between score a head)."""
 
     @property
     def learned(self) -> bool:
@@ -105,6 +108,7 @@ def learning_claim(panels: Sequence[PanelScore], n_resamples: int = 1000) -> Lea
             before, after, expected_calibration_error, n_resamples=n_resamples
         ),
         parse_rates=(first.parse_rate, last.parse_rate),
+        forecasts=(len(before) + first.unparsed, len(after) + last.unparsed),
     )
 
 
@@ -170,7 +174,7 @@ def round_metrics(
 def write_report(
     out_dir: Path,
     metrics: Sequence[RoundMetrics],
-    panels: Sequence[PanelScore],
+    ends: Sequence[PanelScore],
     claim: LearningClaim | None,
     *,
     header: str,
@@ -179,9 +183,10 @@ def write_report(
     sections: dict[str, object] | None = None,
 ) -> Path:
     """metrics.json, report.md and PNG plots (Brier and ECE by round, reliability diagrams of
-    the first and last rounds) in `out_dir`; `extra_markdown` ends the report,
-    `extra_json` goes into metrics.json under "kinds" (the choice and numeric panels) and
-    each of `sections` under its own key (the research rounds, the version lineage)."""
+    the first and last rounds: `ends`, the panel scores the claim compares) in `out_dir`;
+    `extra_markdown` ends the report, `extra_json` goes into metrics.json under "kinds" (the
+    choice and numeric panels) and each of `sections` under its own key (the research
+    rounds, the version lineage)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "metrics.json").write_text(
         _json(
@@ -208,6 +213,7 @@ def write_report(
                 if claim is None
                 else {
                     "learned": claim.learned,
+                    "forecasts": list(claim.forecasts),
                     **{
                         name: {
                             "first": d.before,
@@ -242,7 +248,7 @@ def write_report(
         metric="ECE",
         title="Expected calibration error by round",
     )
-    first, last = panels[0], panels[-1]
+    first, last = ends[0], ends[-1]
     groups = {
         f"round {panel.round}": (list(panel.p_yes), list(panel.y))
         for panel in (first, last)

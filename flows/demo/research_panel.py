@@ -90,6 +90,11 @@ class ResearchPanel:
     kind_panels: dict[QuestionKind, tuple[KindPanelQuestion, ...]] = field(default_factory=dict)
     """Each extra kind's panel, from the same world, researched over the same corpus."""
 
+    def head(self, n: int) -> ResearchPanel:
+        """Its first `n` binary questions, over the same corpus, beside the same kind panels:
+        each question keeps its place, so its rollouts' seeds are the whole panel's."""
+        return replace(self, questions=self.questions[:n])
+
 
 @dataclass(frozen=True)
 class ResearchRound:
@@ -120,6 +125,10 @@ class ResearchRound:
     """Rollouts a failed tool call ended (StopReason.TOOL_ERROR): the corpus, not the policy,
     failed them, so a round with any is not a measure of the policy (the round log names
     them)."""
+    whole: ResearchRound | None = None
+    """Where this round's scores are of the panel's head and the round was scored on the
+    whole panel too (the claim's first and last rounds; DemoConfig.research_panel_head): the
+    whole panel's round, of binary questions only (`kinds` are this one's)."""
 
     @property
     def found_reading(self) -> float:
@@ -264,12 +273,27 @@ def score_research_panel(
     policy_version: int,
     samples: int,
     seed: int,
+    head: int | None = None,
+    with_whole: bool = False,
 ) -> ResearchRound:
-    """A policy forecasts the research panel; its scores and what its rollouts researched."""
+    """A policy forecasts the research panel; its scores and what its rollouts researched.
+
+    With `head`, the scores are of the panel's first `head` questions, and `with_whole`
+    forecasts the whole panel as well (the head's rollouts are its first ones) and keeps its
+    round as `whole`; without it only the head is forecast."""
+    if head is not None and head >= len(panel.questions):
+        head = None
+    scored = panel if head is None or with_whole else panel.head(head)
     groups = forecast_research_panel(
-        backend, settings, panel, policy_version=policy_version, samples=samples, seed=seed
+        backend, settings, scored, policy_version=policy_version, samples=samples, seed=seed
     )
-    scores = research_round(panel, groups, round_no=round_no, policy_version=policy_version)
+    scores = research_round(scored, groups, round_no=round_no, policy_version=policy_version)
+    if head is not None and with_whole:
+        whole = scores
+        scores = research_round(
+            panel.head(head), groups[:head], round_no=round_no, policy_version=policy_version
+        )
+        scores = replace(scores, whole=whole)
     kinds = tuple(
         score_kind_panel(
             backend,
@@ -338,6 +362,12 @@ def research_round(
         found_moments=tuple(moments),
         tool_errors=tool_errors,
     )
+
+
+def claim_scores(rounds: Sequence[ResearchRound]) -> list[PanelScore]:
+    """The scores the learning claim compares: the first and the last round's, on the whole
+    panel where a round's own scores are of its head."""
+    return [(r.whole or r).score for r in (rounds[0], rounds[-1])]
 
 
 def demonstration_research(trajectories: Sequence[Trajectory]) -> tuple[float, float]:

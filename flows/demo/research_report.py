@@ -124,6 +124,14 @@ def research_header(config: DemoConfig) -> str:
         f"forecasts the same held-out research panel of {c.research_panel_questions} "
         "questions over its world's articles as of each question's cut-off; the floors are "
         "the informed posterior (all evidence read) and the uninformed prior."
+        + (
+            ""
+            if (head := c.research_panel_head()) is None
+            else f" The rounds between the first and the last are scored on the panel's first "
+            f"{head} questions; every round's row and curve below is of those {head}, and the "
+            f"claim compares round 0 and round {c.rounds - 1} on all "
+            f"{c.research_panel_questions}."
+        )
     )
 
 

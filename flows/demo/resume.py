@@ -23,7 +23,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args, get_origin, get_type_hints
+from types import UnionType
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin, get_type_hints
 
 from flows.demo.kind_scores import KindPanelScore
 from flows.demo.panel import PanelScore
@@ -260,8 +261,8 @@ def _plain(value: Any) -> Any:
 
 def _rebuilt(cls: type, record: dict[str, Any]) -> Any:
     """A frozen score dataclass from `_plain`'s record of it (floats round-trip exactly;
-    nested score dataclasses, tuples of them, enums and dicts keyed by enums come back as
-    they were)."""
+    nested score dataclasses, optional or in tuples, enums and dicts keyed by enums come back
+    as they were)."""
     hints = get_type_hints(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
@@ -270,6 +271,10 @@ def _rebuilt(cls: type, record: dict[str, Any]) -> Any:
         hint, value = hints[f.name], record[f.name]
         if dataclasses.is_dataclass(hint):
             value = _rebuilt(hint, value)  # type: ignore[arg-type]
+        elif get_origin(hint) in (Union, UnionType):  # e.g. ResearchRound | None
+            inner = [a for a in get_args(hint) if a is not type(None)]
+            if value is not None and len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
+                value = _rebuilt(inner[0], value)  # type: ignore[arg-type]
         elif get_origin(hint) is tuple:
             item = get_args(hint)[0]
             nested = dataclasses.is_dataclass(item)

@@ -115,7 +115,8 @@ def score_round(
 def score_research_round(
     policy: RoundPolicy, panel: ResearchPanel, round_no: int, config: DemoConfig
 ) -> ResearchRound:
-    """A round's policy researches and forecasts the research panel."""
+    """A round's policy researches and forecasts the research panel: its head, and the whole
+    panel too in the rounds the claim compares (DemoConfig.research_round_panel_questions)."""
     spec, generation, version = policy
     return score_research_panel(
         load_backend(spec),
@@ -125,4 +126,6 @@ def score_research_round(
         policy_version=version,
         samples=config.panel_samples,
         seed=config.seed,
+        head=config.research_panel_head(),
+        with_whole=config.research_round_scores_whole(round_no),
     )

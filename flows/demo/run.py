@@ -86,6 +86,7 @@ from flows.demo.report import (
 from flows.demo.research_panel import (
     ResearchRound,
     build_research_panel,
+    claim_scores,
     demonstration_research,
     live_research,
 )
@@ -303,7 +304,8 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         f"{config.panel_samples} sample{'s' if config.panel_samples > 1 else ''}; the true-p "
         "Brier is the floor."
     )
-    claim = learning_claim(panels)
+    ends = claim_scores(research_rounds) if config.research else [panels[0], panels[-1]]
+    claim = learning_claim(ends)
     kind_claims = {kind: kind_claim(scores) for kind, scores in kind_scores.items()}
     extra_markdown, extra_json = kind_report(kind_scores, kind_claims, out_dir)
     sections: dict[str, object] = {}
@@ -321,7 +323,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     path = write_report(
         out_dir,
         metrics,
-        panels,
+        ends,
         claim,
         header=header,
         extra_markdown="\n\n".join(m for m in (extra_markdown, lineage_markdown) if m),

@@ -18,7 +18,9 @@ from flows.demo.research_panel import (
     ResearchPanel,
     ResearchPanelQuestion,
     ResearchPath,
+    ResearchRound,
     build_research_panel,
+    claim_scores,
     forecast_research_panel,
     panel_world,
     research_path,
@@ -228,6 +230,44 @@ def warm():
     questions = warm_start_questions(world, 2)
     texts = tokenizer_texts(world, questions, SETTINGS, ResearcherPolicy(), seed=0)
     return world, questions, train_tokenizer(texts)
+
+
+def test_the_rounds_between_score_the_panels_head_and_the_claims_rounds_the_whole(warm) -> None:
+    """DemoConfig.research_round_panel_questions: a round between the first and the last
+    forecasts the panel's first questions only; the claim's rounds forecast the whole panel
+    and score its head as well, which equals the round between's scores (a question's
+    rollouts do not depend on the others'); the claim compares the whole panel's."""
+    _, _, tokenizer = warm
+    base = WorldConfig(seed=7, max_horizon_days=2, research=True)
+    panel = build_research_panel(base, 24, 10)
+    world = panel_world(base, 10)
+    sims = [world.question(item.question.external_id) for item in panel.questions]
+    backend = ScriptedResearcher(tokenizer, sims, world, ResearcherPolicy())
+
+    def score(**head: object) -> ResearchRound:
+        return score_research_panel(
+            backend, SETTINGS, panel, round_no=3, policy_version=2, samples=1, seed=0, **head
+        )
+
+    whole, between, ends = score(), score(head=10), score(head=10, with_whole=True)
+    assert (whole.rollouts, between.rollouts) == (24, 10)
+    assert whole.whole is None and between.whole is None and ends.whole == whole
+    assert ends == replace(between, whole=whole)
+    assert between.score.rows() == [row for row in whole.score.rows() if row[0] < 10]
+    assert 0 < between.searched < whole.searched  # the rest of the panel was not forecast
+    assert claim_scores([ends, between, ends]) == [whole.score, whole.score]
+    assert claim_scores([whole, between]) == [whole.score, between.score]
+    assert score(head=24, with_whole=True) == whole  # a head that is the whole panel
+
+    config = DemoConfig(research_panel_questions=24, research_round_panel_questions=10, rounds=5)
+    assert config.research_panel_head() == 10
+    assert [config.research_round_scores_whole(r) for r in range(5)] == [1, 0, 0, 0, 1]
+    for head in (24, 30, None):
+        config = DemoConfig(research_panel_questions=24, research_round_panel_questions=head)
+        assert config.research_panel_head() is None
+        assert all(config.research_round_scores_whole(r) for r in range(config.rounds))
+    with pytest.raises(ValueError, match="research_round_panel_questions"):
+        DemoConfig(research_round_panel_questions=0)
 
 
 def test_a_demonstration_is_the_loops_own_tokens_for_the_references_actions(warm) -> None:

@@ -326,7 +326,8 @@ def test_a_rounds_panel_scores_come_back_from_the_state_exactly(tmp_path):
     assert loaded.unscored_rounds() == [] and loaded.rounds[0].panel is not None
     assert loaded.rounds[0].panel["parse_rate"] == 0.75
 
-    # A research round, with the kind panels researched beside it, comes back as it was.
+    # A research round, with the kind panels researched beside it and its whole panel's round
+    # (the claim's rounds score the head and the whole panel), comes back as it was.
     research = ResearchRound(
         score=panel,
         rollouts=4,
@@ -342,9 +343,11 @@ def test_a_rounds_panel_scores_come_back_from_the_state_exactly(tmp_path):
         kinds=(choice, replace(choice, kind=QuestionKind.NUMERIC, score=(12.5, 3.0))),
     )
     saved.round_cycled(1, 2)
-    saved.round_scored(replace(research, score=replace(panel, round=1, policy_version=2)))
+    whole = replace(research, rollouts=8, searched=6, kinds=())
+    research = replace(research, score=replace(panel, round=1, policy_version=2), whole=whole)
+    saved.round_scored(research)
     [_, back] = load_state(tmp_path, DemoConfig(rounds=2)).scored_rounds()
-    assert back == replace(research, score=replace(panel, round=1, policy_version=2))
+    assert back == research and back.whole == whole and back.whole.whole is None
     assert back.path_brier(ResearchPath.FOUND) == 0.0625
     assert [k.kind for k in back.kinds] == [QuestionKind.CHOICE, QuestionKind.NUMERIC]
 
