@@ -49,6 +49,10 @@ class DemoConfig:
     the whole claim on the 1920-question panel (`research_panel_questions`); seed 0 took
     11.6 min alone, as long as the 960-question default right after it, which had taken 9.2
     an hour earlier on the same cores (docs/results.md, "The research demo as the default").
+    On 2 Zen 3 cores, with the rounds between scored on the panel's head
+    (`research_round_panel_questions`), seeds 0, 2, 3 and 4 learned by the whole claim and
+    seed 1 by Brier but not ECE (+0.0041 over the interval's bound); seed 0 took 13.6 min
+    alone (docs/results.md, "The research panel's head scores the rounds between").
     On the 960-question panel before it, every run of seeds 0-6 on three machines learned to search,
     beat the uninformed floor and improved Brier, but a third missed the ECE interval, seed 1
     on all three; rescored on 1920 questions seed 1's last version learned by the whole

@@ -66,8 +66,17 @@ class _EncodedTexts:
         with self._lock:
             self._ids[key] = ids
             self._ids.move_to_end(key)
-            while len(self._ids) > self._size:
-                self._ids.popitem(last=False)
+            self._evict()
+
+    def resize(self, size: int) -> None:
+        """Keep at most `size` from now on (0: none), the least recently used dropped now."""
+        with self._lock:
+            self._size = size
+            self._evict()
+
+    def _evict(self) -> None:
+        while len(self._ids) > self._size:
+            self._ids.popitem(last=False)
 
 
 _ENCODED = _EncodedTexts(ENCODED_TEXTS_KEPT)

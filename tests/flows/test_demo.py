@@ -15,7 +15,7 @@ The test is the demo at its own size: calibration is learned from outcomes, and 
 noisy, so a much smaller run has too little to learn from to show it, and its ECE interval
 needs the panel's 1920 questions (flows.demo.config, `research_panel_questions`; the rounds
 between the first and the last are scored on its first 480). On 2 idle CPU cores it takes
-about ten minutes. The run is deterministic for one install
+10-14 minutes. The run is deterministic for one install
 (constraints.txt) and one machine (seeded sampling, fp32 updates on CPU), so the claim cannot
 flicker; another machine's float rounding is another draw of the same seed. The one-turn demo
 on the cue-stating world (`--no-research`) keeps its own tests: its mechanics in
