@@ -42,8 +42,9 @@ ENCODED_TEXTS_KEPT = 8192
 """Texts whose token ids `encode_text` keeps per process, the least recently used dropped
 first. A research rollout's prompt and each observation are texts its process has often
 tokenized before: the held-out panel forecasts the same questions every round, and the
-promotion gate forecasts questions the day's predict did. Tokenizing them again was a fifth
-of the panel process's time in a research demo (docs/results.md)."""
+promotion gate forecasts questions the day's predict did. Kept, a warm round of the demo's
+1920-question panel took 0.71-0.81x the time, every rollout token-identical
+(benchmarks/panel_token_ids.py; docs/benchmarks.md)."""
 
 
 class _EncodedTexts:
