@@ -47,7 +47,7 @@ def measure(folder: Path, rounds: int, repeats: int) -> dict[str, object]:
     tokens: dict[tuple[str, int], list[tuple[int, ...]]] = {}
     for _ in range(repeats):
         for way, kept in (("tokenized again", 0), ("kept ids", prompts.ENCODED_TEXTS_KEPT)):
-            prompts._ENCODED.resize(kept)
+            prompts.keep_encoded_texts(kept)
             for k, (spec, generation, version) in enumerate(policies):
                 backend = load_backend(spec)
                 started = time.perf_counter()
@@ -56,7 +56,7 @@ def measure(folder: Path, rounds: int, repeats: int) -> dict[str, object]:
                 )
                 times.setdefault((way, k), []).append(time.perf_counter() - started)
                 tokens[(way, k)] = [tuple(t.completion_token_ids) for g in groups for t in g]
-    prompts._ENCODED.resize(prompts.ENCODED_TEXTS_KEPT)
+    prompts.keep_encoded_texts(prompts.ENCODED_TEXTS_KEPT)
     rows = []
     for k, version in enumerate(versions):
         again, kept = (statistics.median(times[(w, k)]) for w in ("tokenized again", "kept ids"))

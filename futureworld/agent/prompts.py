@@ -85,6 +85,14 @@ _FINGERPRINTS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, str | None] = 
     weakref.WeakKeyDictionary()
 )
 _FINGERPRINTS_LOCK = threading.Lock()
+_UNKNOWN = object()
+
+
+def keep_encoded_texts(size: int) -> None:
+    """Keep the ids of at most `size` texts from now on (0: none; ENCODED_TEXTS_KEPT by
+    default), the least recently used dropped now: benchmarks/panel_token_ids.py measures
+    tokenizing again against keeping them."""
+    _ENCODED.resize(size)
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str | None:
@@ -94,8 +102,9 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str | None:
     Two loads of one tokenizer (each policy version's checkpoint holds a copy) share it.
     None for a tokenizer without a fast backend: its texts are not kept."""
     with _FINGERPRINTS_LOCK:
-        if tokenizer in _FINGERPRINTS:
-            return _FINGERPRINTS[tokenizer]
+        known = _FINGERPRINTS.get(tokenizer, _UNKNOWN)
+    if known is not _UNKNOWN:
+        return known  # type: ignore[return-value]
     backend = getattr(tokenizer, "backend_tokenizer", None) if tokenizer.is_fast else None
     fingerprint = None
     if backend is not None:
